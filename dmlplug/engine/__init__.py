@@ -1,0 +1,1 @@
+"""Training engine: build a run from a recipe, train, evaluate, checkpoint."""

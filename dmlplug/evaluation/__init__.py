@@ -1,0 +1,1 @@
+"""Evaluation: EvalContext, kNN backends, metrics."""

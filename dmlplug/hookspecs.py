@@ -1,0 +1,311 @@
+"""Every hook a dmlplug plugin can implement.
+
+Plugins implement these with ``@dmlplug.hookimpl`` on functions of the same name. Built-in plugins
+(the ``dmlplug_builtins`` package) use exactly these hooks, nothing private.
+
+Registration hooks receive a host-owned ``register`` callback::
+
+    register(name, factory, *, params=ParamsModel, description="...", aliases=())
+
+``factory(params, ctx)`` is called only when a recipe (or :func:`dmlplug.create`) builds the component;
+it receives the validated ``params`` instance and a :class:`dmlplug.context.BuildContext`, and must import
+torch / pytorch-metric-learning / timm inside its body so that loading plugins stays fast.
+
+Lifecycle hooks are notifications: they return nothing and are called on every registered plugin and
+on the loggers of the current run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("dmlplug")
+
+
+@hookspec
+def register_backbones(register: Any) -> None:
+    """Register backbones (images -> pooled features and feature map).
+
+    Called once when the plugin manager is built. The factory returns a ``torch.nn.Module`` whose
+    ``forward(images)`` returns ``(features, feature_map)`` (``B×F`` and ``B×F×h×w``, the map may be
+    ``None``) and which has an integer attribute ``num_features`` (F).
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_backbones(register):
+            register("tiny_cnn", build_tiny_cnn, params=TinyCnnParams, description="Four conv layers.")
+    """
+
+
+@hookspec
+def register_heads(register: Any) -> None:
+    """Register embedding heads (pooled features -> embedding).
+
+    The factory gets ``ctx.feature_dim`` and returns a ``torch.nn.Module`` with ``forward(features)``
+    returning a ``B×D`` tensor, or a dict of named embeddings together with an
+    ``eval_embedding(outputs)`` method; it has an integer attribute ``embedding_size`` (the size of the
+    evaluation embedding).
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_heads(register):
+            register("linear", build_linear_head, params=LinearHeadParams)
+    """
+
+
+@hookspec
+def register_losses(register: Any) -> None:
+    """Register metric-learning losses.
+
+    The factory returns a module called as ``loss(embeddings, labels, indices_tuple)`` (the
+    pytorch-metric-learning convention). ``ctx.num_classes`` and ``ctx.embedding_size`` are set.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_losses(register):
+            register("my_contrastive", build_my_contrastive, params=MyContrastiveParams)
+    """
+
+
+@hookspec
+def register_miners(register: Any) -> None:
+    """Register tuple miners.
+
+    The factory returns a module called as ``miner(embeddings, labels)`` that returns an index tuple
+    (pairs ``(a1, p, a2, n)`` or triplets ``(a, p, n)``) as in pytorch-metric-learning.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_miners(register):
+            register("hardest", build_hardest_miner, params=HardestParams)
+    """
+
+
+@hookspec
+def register_regularizers(register: Any) -> None:
+    """Register regularizers: extra loss terms computed from the whole training step.
+
+    The factory returns a ``torch.nn.Module`` whose ``forward(step)`` takes a
+    :class:`dmlplug.engine.step.StepOutput` and returns a scalar tensor or a dict of named scalar
+    tensors. The engine adds ``weight * term`` to the loss and logs every term by name.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_regularizers(register):
+            register("tcm", build_tcm, params=TcmParams, description="Threshold-consistent margin.")
+    """
+
+
+@hookspec
+def register_evaluators(register: Any) -> None:
+    """Register evaluators (embeddings and labels -> named metrics).
+
+    The factory returns an object with ``evaluate(eval_ctx) -> dict[str, float]`` where ``eval_ctx`` is a
+    :class:`dmlplug.evaluation.EvalContext` that computes the kNN graph once for all evaluators.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_evaluators(register):
+            register("recall", build_recall, params=RecallParams)
+    """
+
+
+@hookspec
+def register_datasets(register: Any) -> None:
+    """Register datasets.
+
+    The factory returns a :class:`dmlplug.data.DatasetBundle` (train, test and optional validation
+    :class:`dmlplug.data.ImageSource` objects). It must never download anything: a missing root is a
+    :class:`dmlplug.errors.DataError` that names the expected layout.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_datasets(register):
+            register("my_folder_set", build_my_set, params=MySetParams)
+    """
+
+
+@hookspec
+def register_samplers(register: Any) -> None:
+    """Register batch samplers.
+
+    The factory gets ``ctx.train_labels`` (int64 numpy array) and ``ctx.batch_size`` and returns an
+    iterable of index lists (a ``torch.utils.data.Sampler`` yielding batches) with a defined ``len``.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_samplers(register):
+            register("m_per_class", build_m_per_class, params=MPerClassParams)
+    """
+
+
+@hookspec
+def register_loggers(register: Any) -> None:
+    """Register loggers.
+
+    The factory returns an object implementing any of the lifecycle hooks below (with
+    ``@hookimpl``); it is registered with the plugin manager for one run only and unregistered when the
+    run ends, so an installed but unused logger hears nothing.
+
+    Args:
+        register: ``register(name, factory, *, params, description, aliases)``.
+
+    Example::
+
+        @hookimpl
+        def register_loggers(register):
+            register("jsonl_echo", build_echo_logger)
+    """
+
+
+@hookspec
+def register_commands(app: Any) -> None:
+    """Add sub-commands to the ``dmlplug`` command line.
+
+    Called when the CLI starts.
+
+    Args:
+        app: The root ``typer.Typer`` application; add commands with ``@app.command()`` or sub-apps
+            with ``app.add_typer(...)``.
+
+    Example::
+
+        @hookimpl
+        def register_commands(app):
+            @app.command()
+            def hello():
+                print("hello")
+    """
+
+
+@hookspec
+def on_run_start(run: Any) -> None:
+    """Called once the run is built, before the initial evaluation.
+
+    Args:
+        run: The :class:`dmlplug.engine.run.Run` (recipe, run directory, model, components).
+
+    Example::
+
+        @hookimpl
+        def on_run_start(run):
+            print("writing to", run.directory)
+    """
+
+
+@hookspec
+def on_epoch_start(run: Any, epoch: int) -> None:
+    """Called at the start of every training epoch.
+
+    Args:
+        run: The current run.
+        epoch: Epoch number, starting at 1.
+
+    Example::
+
+        @hookimpl
+        def on_epoch_start(run, epoch):
+            print("epoch", epoch)
+    """
+
+
+@hookspec
+def on_step_end(run: Any, step: int, losses: dict[str, float]) -> None:
+    """Called after every optimizer step.
+
+    Args:
+        run: The current run.
+        step: Global step number, starting at 1.
+        losses: Every loss term by name (``loss``, ``reg/<name>`` …) and ``total``, as floats.
+
+    Example::
+
+        @hookimpl
+        def on_step_end(run, step, losses):
+            print(step, losses["total"])
+    """
+
+
+@hookspec
+def on_eval_end(run: Any, epoch: int, split: str, metrics: dict[str, float]) -> None:
+    """Called after every evaluation.
+
+    Args:
+        run: The current run.
+        epoch: The epoch just finished (0 for the evaluation of the untrained model).
+        split: The evaluated split (``test`` or ``val``).
+        metrics: Metric values by name (``recall@1``, ``map@r`` …).
+
+    Example::
+
+        @hookimpl
+        def on_eval_end(run, epoch, split, metrics):
+            print(epoch, split, metrics.get("recall@1"))
+    """
+
+
+@hookspec
+def on_checkpoint(run: Any, path: Any) -> None:
+    """Called after a checkpoint has been written (atomically) to ``path``.
+
+    Args:
+        run: The current run.
+        path: ``pathlib.Path`` of the checkpoint file.
+
+    Example::
+
+        @hookimpl
+        def on_checkpoint(run, path):
+            print("saved", path)
+    """
+
+
+@hookspec
+def on_run_end(run: Any, status: str, error: BaseException | None) -> None:
+    """Called once when the run ends, whatever the outcome.
+
+    Args:
+        run: The current run.
+        status: ``"completed"``, ``"failed"`` or ``"interrupted"``.
+        error: The exception that ended the run, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def on_run_end(run, status, error):
+            print("run", status)
+    """

@@ -1,0 +1,1 @@
+"""Out-of-distribution DML benchmark (ooDML): Fréchet distance, split generation, AGS."""

@@ -1,0 +1,179 @@
+"""The plugin manager: built-ins and third-party plugins, each loaded in isolation.
+
+Built-in plugins are listed in :data:`DEFAULT_PLUGINS` and loaded exactly like third-party ones,
+which come from the ``dmlplug`` entry-point group. A plugin that fails to import, or whose
+registration hook raises, is recorded in :attr:`PluginHost.load_errors`: ``dmlplug plugins`` shows
+it, the CLI keeps working, and a recipe that needs one of its components fails with a message that
+names it.
+
+Environment:
+    DMLPLUG_LOAD_PLUGINS: comma-separated entry-point names; when set, only these third-party
+        plugins are loaded (built-ins always are).
+    DMLPLUG_DISABLE_PLUGINS: comma-separated plugin names (built-in or third-party) not to load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from dmlplug import hookspecs
+from dmlplug.errors import PluginError
+from dmlplug.registry import KINDS, Registry
+
+ENTRY_POINT_GROUP = "dmlplug"
+
+#: Built-in plugin modules; they use only the public hooks.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "dmlplug_builtins.backbones",
+    "dmlplug_builtins.heads",
+    "dmlplug_builtins.pml_components",
+    "dmlplug_builtins.samplers",
+    "dmlplug_builtins.evaluators",
+    "dmlplug_builtins.datasets",
+    "dmlplug_builtins.regularizers",
+    "dmlplug_builtins.loggers",
+)
+
+
+@dataclass
+class PluginRecord:
+    """What ``dmlplug plugins`` shows for one plugin."""
+
+    name: str
+    module: str
+    distribution: str = ""
+    version: str = ""
+    builtin: bool = False
+    hooks: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class PluginHost:
+    """Owns the pluggy manager, the component registry and the load report."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("dmlplug")
+        self.pm.add_hookspecs(hookspecs)
+        self.registry = Registry()
+        self.records: dict[str, PluginRecord] = {}
+
+    @property
+    def load_errors(self) -> dict[str, str]:
+        """Plugin name -> error message, for plugins that failed to load or register."""
+        return {n: r.error for n, r in self.records.items() if r.error}
+
+    def load(self, *, builtins: bool = True, entry_points: bool = True) -> PluginHost:
+        """Load built-ins and entry-point plugins, then fill the registry."""
+        disabled = _env_list("DMLPLUG_DISABLE_PLUGINS")
+        if builtins:
+            for module_name in DEFAULT_PLUGINS:
+                name = module_name.rsplit(".", 1)[-1]
+                if name in disabled or module_name in disabled:
+                    continue
+                record = PluginRecord(name=name, module=module_name, builtin=True,
+                                      distribution="dmlplug", version=_dist_version("dmlplug"))
+                self._import_and_register(record, lambda m=module_name: importlib.import_module(m))
+        if entry_points:
+            only = _env_list("DMLPLUG_LOAD_PLUGINS")
+            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in disabled or (only and ep.name not in only):
+                    continue
+                dist = ep.dist.name if ep.dist is not None else ""
+                record = PluginRecord(name=ep.name, module=ep.value, distribution=dist,
+                                      version=ep.dist.version if ep.dist is not None else "")
+                self._import_and_register(record, ep.load)
+        self.fill_registry()
+        return self
+
+    def add_plugin(self, plugin: ModuleType | Any, name: str) -> None:
+        """Register an already imported plugin object (tests, notebooks) and re-fill the registry."""
+        record = PluginRecord(name=name, module=getattr(plugin, "__name__", repr(plugin)))
+        self._import_and_register(record, lambda: plugin)
+        self.fill_registry()
+
+    def _import_and_register(self, record: PluginRecord, loader: Any) -> None:
+        self.records[record.name] = record
+        if record.name in (n for n, _ in self.pm.list_name_plugin()):
+            record.error = f"a plugin named {record.name!r} is already loaded"
+            return
+        try:
+            plugin = loader()
+            self.pm.register(plugin, name=record.name)
+        except Exception as exc:  # a broken plugin must not take the host down
+            record.error = _short_error(exc)
+            return
+        record.hooks = sorted(
+            hook.name for hook in self.pm.get_hookcallers(plugin) or [] if hook.name.startswith(("register", "on_"))
+        )
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self.pm.unregister(plugin)
+            record.error = f"implements an unknown hook: {exc}"
+
+    def fill_registry(self) -> None:
+        """(Re)build the registry by calling every plugin's registration hooks, one plugin at a time."""
+        self.registry = Registry()
+        for kind in KINDS:
+            caller = getattr(self.pm.hook, f"register_{kind}")
+            for impl in caller.get_hookimpls():
+                record = self.records.get(impl.plugin_name)
+                if record is not None and record.error:
+                    continue
+                try:
+                    impl.function(register=self.registry.register_callback(kind, impl.plugin_name))
+                except PluginError as exc:
+                    # Duplicate names are a configuration error of the installed set of plugins:
+                    # reported loudly, not hidden as a load error of one of them.
+                    raise exc
+                except Exception as exc:
+                    if record is not None:
+                        record.error = f"register_{kind} failed: {_short_error(exc)}"
+        self.registry.load_errors = self.load_errors
+
+    def register_run_plugin(self, obj: Any, name: str) -> None:
+        """Register a per-run object (a logger) that implements lifecycle hooks."""
+        self.pm.register(obj, name=name)
+
+    def unregister_run_plugin(self, name: str) -> None:
+        """Remove a per-run object registered with :meth:`register_run_plugin`."""
+        plugin = self.pm.get_plugin(name)
+        if plugin is not None:
+            self.pm.unregister(plugin)
+
+
+_HOST: PluginHost | None = None
+
+
+def get_host(*, reload: bool = False) -> PluginHost:
+    """The process-wide plugin host, loaded on first use."""
+    global _HOST
+    if _HOST is None or reload:
+        _HOST = PluginHost().load()
+    return _HOST
+
+
+def _env_list(var: str) -> set[str]:
+    return {p.strip() for p in os.environ.get(var, "").split(",") if p.strip()}
+
+
+def _dist_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _short_error(exc: BaseException) -> str:
+    """``Type: message`` plus the innermost frame, enough to find the fault without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{at}"

@@ -1,0 +1,225 @@
+"""The component registry: name -> :class:`ComponentInfo`, one table per kind.
+
+Plugins fill it through the ``register_*`` hooks; recipes and :func:`dmlplug.create` read it.
+The registry is plain data: it never imports torch and never builds anything by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from dmlplug.errors import ComponentError, PluginError, RecipeError, did_you_mean
+from dmlplug.params import NoParams, Params
+
+#: Component kinds, in the order they are listed; each has a ``register_<kind>`` hook.
+KINDS: tuple[str, ...] = (
+    "backbones",
+    "heads",
+    "losses",
+    "miners",
+    "regularizers",
+    "evaluators",
+    "datasets",
+    "samplers",
+    "loggers",
+)
+
+_SINGULAR = {
+    "backbone": "backbones",
+    "head": "heads",
+    "loss": "losses",
+    "miner": "miners",
+    "regularizer": "regularizers",
+    "evaluator": "evaluators",
+    "dataset": "datasets",
+    "sampler": "samplers",
+    "logger": "loggers",
+}
+
+
+def normalize_kind(kind: str) -> str:
+    """Return the plural kind for ``kind`` (``"loss"`` and ``"losses"`` both give ``"losses"``).
+
+    Raises:
+        ComponentError: ``kind`` is not a component kind.
+    """
+    if kind in KINDS:
+        return kind
+    if kind in _SINGULAR:
+        return _SINGULAR[kind]
+    raise ComponentError(
+        f"unknown component kind {kind!r}{did_you_mean(kind, [*KINDS, *_SINGULAR])}",
+        fix="kinds are: " + ", ".join(KINDS),
+    )
+
+
+def singular(kind: str) -> str:
+    """The singular noun of a kind, for messages ("loss", "miner" ...)."""
+    kind = normalize_kind(kind)
+    return next(s for s, p in _SINGULAR.items() if p == kind)
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    """Everything the host knows about one registered component.
+
+    Attributes:
+        kind: Plural component kind (``"losses"`` ...).
+        name: Registered name used in recipes.
+        factory: ``factory(params, ctx)`` that builds the component.
+        params: The :class:`~dmlplug.params.Params` subclass describing its parameters.
+        description: One-line description shown by ``dmlplug list``.
+        plugin: Name of the plugin that registered it.
+        aliases: Other names that resolve to this component.
+    """
+
+    kind: str
+    name: str
+    factory: Callable[[Any, Any], Any]
+    params: type[Params] = NoParams
+    description: str = ""
+    plugin: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def validate(self, raw: dict[str, Any] | None, where: str) -> Params:
+        """Validate raw recipe values into this component's params.
+
+        Args:
+            raw: The values from the recipe (without the ``name`` key).
+            where: Recipe path used in error messages, e.g. ``"loss"`` or ``"regularizers[0]"``.
+
+        Raises:
+            RecipeError: A key is unknown, has the wrong type or is out of range.
+        """
+        try:
+            return self.params.model_validate(raw or {})
+        except ValidationError as exc:
+            raise RecipeError(
+                f"invalid parameters for {singular(self.kind)} {self.name!r}:\n"
+                + format_validation_error(exc, where, self.params),
+                where=where,
+                fix=f"see `dmlplug list {self.kind} --params` for the parameters of {self.name!r}",
+            ) from None
+
+    def build(self, params: Params, ctx: Any) -> Any:
+        """Call the factory; errors inside it are reported with the component's name and plugin."""
+        return self.factory(params, ctx)
+
+
+def format_validation_error(exc: ValidationError, where: str, model: type[Params] | None = None) -> str:
+    """Render a pydantic error as ``path: message`` lines, suggesting names for unknown keys."""
+    lines = []
+    known = list(model.model_fields) if model is not None else []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        path = f"{where}.{loc}" if loc else where
+        if err["type"] == "extra_forbidden":
+            key = str(err["loc"][-1]) if err["loc"] else ""
+            lines.append(f"  {path}: unknown key{did_you_mean(key, known)}")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  {path}: {err['msg']}{shown}")
+    return "\n".join(lines)
+
+
+@dataclass
+class Registry:
+    """Per-kind tables of :class:`ComponentInfo`, filled by the plugin manager."""
+
+    _tables: dict[str, dict[str, ComponentInfo]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    _aliases: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    #: plugin name -> load error message, consulted to explain unknown names.
+    load_errors: dict[str, str] = field(default_factory=dict)
+
+    def register_callback(self, kind: str, plugin: str) -> Callable[..., None]:
+        """The ``register`` callback handed to ``plugin``'s ``register_<kind>`` hook."""
+        kind = normalize_kind(kind)
+
+        def register(
+            name: str,
+            factory: Callable[[Any, Any], Any],
+            *,
+            params: type[Params] | None = None,
+            description: str | None = None,
+            aliases: Iterable[str] = (),
+        ) -> None:
+            self.add(
+                ComponentInfo(
+                    kind=kind,
+                    name=name,
+                    factory=factory,
+                    params=params or NoParams,
+                    description=(description or _first_doc_line(factory)).strip(),
+                    plugin=plugin,
+                    aliases=tuple(aliases),
+                )
+            )
+
+        return register
+
+    def add(self, info: ComponentInfo) -> None:
+        """Add one component.
+
+        Raises:
+            PluginError: The name (or an alias) is already taken, or the params are not a Params model.
+        """
+        if not (isinstance(info.params, type) and issubclass(info.params, Params)):
+            raise PluginError(
+                f"{singular(info.kind)} {info.name!r}: params must be a subclass of dmlplug.Params",
+                where=f"plugin {info.plugin!r}",
+            )
+        if not callable(info.factory):
+            raise PluginError(f"{singular(info.kind)} {info.name!r}: factory is not callable",
+                              where=f"plugin {info.plugin!r}")
+        table, aliases = self._tables[info.kind], self._aliases[info.kind]
+        for key in (info.name, *info.aliases):
+            owner = table[key].plugin if key in table else (
+                table[aliases[key]].plugin if key in aliases else None)
+            if owner is not None:
+                raise PluginError(
+                    f"duplicate {singular(info.kind)} name {key!r}: registered by plugin {owner!r} "
+                    f"and again by plugin {info.plugin!r}",
+                    fix="uninstall or disable one of the two plugins (DMLPLUG_DISABLE_PLUGINS=name)",
+                )
+        table[info.name] = info
+        for alias in info.aliases:
+            aliases[alias] = info.name
+
+    def get(self, kind: str, name: str) -> ComponentInfo:
+        """Look a component up by name or alias.
+
+        Raises:
+            ComponentError: No such component; the message suggests close names and plugins that failed.
+        """
+        kind = normalize_kind(kind)
+        table, aliases = self._tables[kind], self._aliases[kind]
+        if name in table:
+            return table[name]
+        if name in aliases:
+            return table[aliases[name]]
+        fix = f"run `dmlplug list {kind}` to see every registered {singular(kind)}"
+        if self.load_errors:
+            broken = ", ".join(sorted(self.load_errors))
+            fix += f"; plugins that failed to load (see `dmlplug plugins`): {broken}"
+        raise ComponentError(
+            f"unknown {singular(kind)} {name!r}{did_you_mean(name, [*table, *aliases])}", fix=fix
+        )
+
+    def names(self, kind: str) -> list[str]:
+        """Registered names of one kind, sorted."""
+        return sorted(self._tables[normalize_kind(kind)])
+
+    def infos(self, kind: str) -> Iterator[ComponentInfo]:
+        """Registered components of one kind, sorted by name."""
+        table = self._tables[normalize_kind(kind)]
+        return (table[n] for n in sorted(table))
+
+
+def _first_doc_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
