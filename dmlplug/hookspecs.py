@@ -5,7 +5,10 @@ Plugins implement these with ``@dmlplug.hookimpl`` on functions of the same name
 
 Registration hooks receive a host-owned ``register`` callback::
 
-    register(name, factory, *, params=ParamsModel, description="...", aliases=())
+    register(name, factory, *, params=ParamsModel, description="...", aliases=(), tags=(), requires=())
+
+``tags`` and ``requires`` declare capabilities that ``dmlplug validate`` checks before anything is built
+(see :class:`dmlplug.registry.ComponentInfo`).
 
 ``factory(params, ctx)`` is called only when a recipe (or :func:`dmlplug.create`) builds the component;
 it receives the validated ``params`` instance and a :class:`dmlplug.context.BuildContext`, and must import

@@ -75,6 +75,13 @@ class ComponentInfo:
         description: One-line description shown by ``dmlplug list``.
         plugin: Name of the plugin that registered it.
         aliases: Other names that resolve to this component.
+        tags: Capabilities the component offers, checked by ``dmlplug validate``. Vocabulary:
+            losses: ``"proxies"`` (has class proxies, see :func:`dmlplug.engine.proxies.class_proxies`),
+            ``"uses_tuples"`` (consumes a miner's ``indices_tuple``), ``"needs_num_classes"``,
+            ``"has_parameters"``; miners: ``"pairs"`` or ``"triplets"``.
+        requires: Capabilities the component needs from the rest of the recipe, as
+            ``"<section>:<tag>"`` (e.g. ``"loss:proxies"``) or engine services: ``"features"``,
+            ``"feature_map"``, ``"views:2"``, ``"ema"``, ``"multi_head"``.
     """
 
     kind: str
@@ -84,6 +91,8 @@ class ComponentInfo:
     description: str = ""
     plugin: str = ""
     aliases: tuple[str, ...] = ()
+    tags: frozenset[str] = frozenset()
+    requires: frozenset[str] = frozenset()
 
     def validate(self, raw: dict[str, Any] | None, where: str) -> Params:
         """Validate raw recipe values into this component's params.
@@ -147,6 +156,8 @@ class Registry:
             params: type[Params] | None = None,
             description: str | None = None,
             aliases: Iterable[str] = (),
+            tags: Iterable[str] = (),
+            requires: Iterable[str] = (),
         ) -> None:
             self.add(
                 ComponentInfo(
@@ -157,6 +168,8 @@ class Registry:
                     description=(description or _first_doc_line(factory)).strip(),
                     plugin=plugin,
                     aliases=tuple(aliases),
+                    tags=frozenset(tags),
+                    requires=frozenset(requires),
                 )
             )
 
