@@ -1,4 +1,7 @@
-"""Image transforms of the DML protocol (METHODS.md §9.1) and a light variant for small images."""
+"""Image transforms of the DML protocol (METHODS.md §9.1), extra augmented views, and DataLoader plumbing.
+
+No torch at module level: torchvision is imported when a transform is built.
+"""
 
 from __future__ import annotations
 
@@ -40,3 +43,87 @@ def build_transform(
     if train:
         return T.Compose([T.RandomResizedCrop(image_size, scale=(0.7, 1.0), ratio=(0.9, 1.1)), *normalize])
     return T.Compose([T.Resize((image_size, image_size)), *normalize])
+
+
+class MultiView:
+    """Apply several transforms to the same image and return every result, in order.
+
+    The first transform gives the view the model trains on; the others are the extra augmented views a
+    component asked for (DiVA's self-supervised term compares two random views of each image).
+    """
+
+    def __init__(self, transforms: list[Callable[[Any], Any]]):
+        if not transforms:
+            raise ValueError("MultiView needs at least one transform")
+        self.transforms = list(transforms)
+
+    def __call__(self, image: Any) -> tuple[Any, ...]:
+        """Every view of ``image``, main view first."""
+        return tuple(transform(image) for transform in self.transforms)
+
+    def __repr__(self) -> str:
+        return f"MultiView({len(self.transforms)} views)"
+
+
+def build_train_views(
+    *, augment: str, image_size: int, views: int = 1, view_augment: str | None = None
+) -> Callable[[Any], Any]:
+    """The training transform, with ``views - 1`` extra independently augmented views on request.
+
+    Args:
+        augment: Augmentation of the main view (see :func:`build_transform`).
+        image_size: Output side length of every view.
+        views: Total number of views per image; ``1`` returns the plain transform (a tensor), more
+            returns a :class:`MultiView` (a tuple of tensors).
+        view_augment: Augmentation of the extra views; defaults to ``augment``, or ``"dml"`` when
+            ``augment`` is ``"none"`` (an un-augmented second view would equal the first).
+    """
+    if views < 1:
+        raise ValueError(f"views must be at least 1, got {views}")
+    main = build_transform("train", augment=augment, image_size=image_size)
+    if views == 1:
+        return main
+    extra = view_augment or (augment if augment != "none" else "dml")
+    return MultiView([main] + [build_transform("train", augment=extra, image_size=image_size)
+                               for _ in range(views - 1)])
+
+
+class TransformedSource:
+    """A map-style dataset for ``torch.utils.data.DataLoader`` over an image source.
+
+    Items are ``(image, label, index)``: ``image`` is what ``transform`` returns (a tensor, or a tuple
+    of views), ``label`` a Python int, ``index`` the position in the source, so a step can tell which
+    images it saw (``StepOutput.indices``).
+    """
+
+    def __init__(self, source: Any, transform: Callable[[Any], Any]):
+        self.source = source
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        return self.transform(self.source.load_image(index)), int(self.source.labels[index]), int(index)
+
+
+def loader_options(*, workers: int, device: str, prefetch_factor: int | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``torch.utils.data.DataLoader`` that keep a GPU fed.
+
+    Worker processes stay alive between epochs (``persistent_workers``): restarting them each epoch
+    re-pickles the source and costs seconds per epoch on large datasets. Pinned memory lets
+    ``tensor.to("cuda", non_blocking=True)`` overlap the copy with compute, and only helps with CUDA.
+
+    Args:
+        workers: Number of worker processes; ``0`` decodes in the main process.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        prefetch_factor: Batches loaded in advance per worker; PyTorch's default when ``None``.
+    """
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    options: dict[str, Any] = {"num_workers": workers, "pin_memory": str(device).startswith("cuda")}
+    if workers > 0:
+        options["persistent_workers"] = True
+        if prefetch_factor is not None:
+            options["prefetch_factor"] = prefetch_factor
+    return options

@@ -1,0 +1,161 @@
+"""The ``dmlplug`` command line (typer).
+
+Every user error is a :class:`~dmlplug.errors.DmlplugError`: :func:`main` prints its message and exits
+with status 2; a traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dmlplug.errors import DmlplugError
+
+_STATE = {"debug": False}
+
+RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False)]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a recipe value: section.key=value (repeatable)."),
+]
+
+
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """Plugin-based deep metric learning: train and evaluate image-retrieval embeddings from TOML recipes."""
+    _STATE["debug"] = debug or os.environ.get("DMLPLUG_DEBUG") == "1"
+    if version:
+        from dmlplug import __version__
+
+        typer.echo(f"dmlplug {__version__}")
+        raise typer.Exit()
+
+
+def cmd_run(
+    recipe: RecipeArg,
+    set_: SetOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Exact run directory (must be new or empty).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto, cpu or cuda (overrides run.device).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, log lines only.")] = False,
+) -> None:
+    """Validate a recipe, then train and evaluate it; results go to a new run directory."""
+    from dmlplug.engine.run import run_recipe
+
+    result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet)
+    summary = {"run_dir": str(result.directory), "initial": result.initial_metrics, "final": result.metrics}
+    typer.echo(json.dumps(summary, indent=2))
+
+
+def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
+                 show: Annotated[bool, typer.Option("--show", help="Print the resolved recipe.")] = False) -> None:
+    """Check a recipe completely (syntax, keys, types, component names and parameters) without running it."""
+    from dmlplug.recipe import load_recipe
+
+    validated = load_recipe(recipe, set_ or [])
+    if show:
+        typer.echo(validated.dumps())
+    typer.echo(f"{recipe}: OK")
+
+
+def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List loaded plugins: name, version, distribution, hooks implemented, load error if any."""
+    from dmlplug.plugins import get_host
+
+    host = get_host()
+    rows = [
+        {"name": r.name, "version": r.version, "distribution": r.distribution, "builtin": r.builtin,
+         "hooks": r.hooks, "error": r.error}
+        for r in host.records.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        origin = "builtin" if row["builtin"] else f"{row['distribution']} {row['version']}".strip()
+        typer.echo(f"{row['name']:<24} {origin:<30} {', '.join(row['hooks'])}")
+        if row["error"]:
+            typer.echo(f"{'':<24} LOAD ERROR: {row['error']}")
+
+
+def cmd_list(
+    kind: Annotated[str | None, typer.Argument(help="Component kind (losses, miners, ...); all when omitted.")] = None,
+    params: Annotated[bool, typer.Option("--params", help="Show every parameter with default and description.")]
+    = False,
+) -> None:
+    """List registered components, the plugin providing each, and (with --params) their parameters."""
+    from dmlplug.plugins import get_host
+    from dmlplug.registry import KINDS, normalize_kind
+
+    registry = get_host().registry
+    kinds = [normalize_kind(kind)] if kind else list(KINDS)
+    for k in kinds:
+        typer.echo(f"{k}:")
+        for info in registry.infos(k):
+            tags = f" [{', '.join(sorted(info.tags))}]" if info.tags else ""
+            typer.echo(f"  {info.name:<34} ({info.plugin}) {info.description}{tags}")
+            if params:
+                for field_name, field in info.params.model_fields.items():
+                    default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+                    typer.echo(f"      {field_name} = {default}  -- {field.description or ''}")
+
+
+def build_app() -> typer.Typer:
+    """The CLI application with the built-in commands and every plugin's ``register_commands``."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Plugin-based deep metric learning.")
+    app.callback()(_root)
+    app.command("run")(cmd_run)
+    app.command("validate")(cmd_validate)
+    app.command("plugins")(cmd_plugins)
+    app.command("list")(cmd_list)
+    from dmlplug.plugins import get_host
+
+    host = get_host()
+    for impl in host.pm.hook.register_commands.get_hookimpls():
+        try:
+            impl.function(app=app)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            record = host.records.get(impl.plugin_name)
+            if record is not None:
+                record.error = f"register_commands failed: {type(exc).__name__}: {exc}"
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning user errors into one message and a non-zero exit."""
+    import click
+
+    args = sys.argv[1:] if argv is None else argv
+    _STATE["debug"] = "--debug" in args or os.environ.get("DMLPLUG_DEBUG") == "1"
+    try:
+        app = build_app()
+        app(args=args, prog_name="dmlplug", standalone_mode=False)
+    except DmlplugError as exc:
+        _fail(exc, f"error: {exc.render()}", exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail(None, "aborted", 130)
+    except KeyboardInterrupt:
+        _fail(None, "interrupted", 130)
+    except Exception as exc:
+        _fail(exc, f"internal error: {type(exc).__name__}: {exc}\n  (rerun with --debug for the traceback; "
+                   "please report it)", 1)
+
+
+def _fail(exc: Any, message: str, code: int) -> None:
+    if _STATE["debug"] and exc is not None:
+        traceback.print_exception(exc)
+    print(message, file=sys.stderr)
+    sys.exit(code)

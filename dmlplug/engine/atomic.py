@@ -1,0 +1,48 @@
+"""Atomic file writes: write to a temporary file in the same folder, then rename.
+
+A crash or a full disk while writing leaves the previous file intact, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` through ``write(fileobj)`` atomically; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Atomically write UTF-8 text."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Atomically write pretty-printed JSON."""
+    return write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,72 @@
+"""From dataset sources to DataLoaders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dmlplug.data.base import ImageSource
+from dmlplug.engine.seeding import worker_init
+
+
+class TransformedSource(Dataset):
+    """Torch dataset over an :class:`ImageSource`: ``(image_tensor, label, index)`` per item."""
+
+    def __init__(self, source: ImageSource, transform: Any):
+        self.source = source
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        image = self.source.load_image(int(index))
+        return self.transform(image), int(self.source.labels[index]), int(index)
+
+
+def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: str, seed: int) -> DataLoader:
+    """Loader driven by a batch sampler; workers are seeded from ``seed``."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return DataLoader(
+        dataset,
+        batch_sampler=batch_sampler,
+        num_workers=workers,
+        pin_memory=device.startswith("cuda"),
+        persistent_workers=workers > 0,
+        worker_init_fn=worker_init,
+        generator=generator,
+    )
+
+
+def eval_loader(dataset: Dataset, *, batch_size: int, workers: int, device: str) -> DataLoader:
+    """Sequential loader for embedding a split."""
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, num_workers=workers,
+        pin_memory=device.startswith("cuda"), worker_init_fn=worker_init,
+    )
+
+
+@torch.no_grad()
+def embed_loader(model: torch.nn.Module, loader: DataLoader, device: str, autocast: Any = None) -> tuple[
+        np.ndarray, np.ndarray]:
+    """Embed every image of ``loader`` in eval mode; returns (float32 N×D, int64 labels) on the CPU."""
+    was_training = model.training
+    model.eval()
+    chunks, labels = [], []
+    try:
+        for images, batch_labels, _ in loader:
+            images = images.to(device, non_blocking=True)
+            if autocast is not None:
+                with torch.autocast(device_type="cuda", dtype=autocast):
+                    emb = model.embed(images)
+            else:
+                emb = model.embed(images)
+            chunks.append(emb.float().cpu())
+            labels.append(batch_labels)
+    finally:
+        model.train(was_training)
+    return torch.cat(chunks).numpy(), torch.cat(labels).numpy().astype(np.int64)

@@ -1,0 +1,36 @@
+"""Device and precision selection."""
+
+from __future__ import annotations
+
+from dmlplug.errors import RunError
+
+
+def resolve_device(requested: str) -> str:
+    """Map ``auto`` / ``cpu`` / ``cuda`` to an available device.
+
+    Raises:
+        RunError: CUDA was requested but no GPU is usable.
+    """
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RunError(
+            "device 'cuda' was requested but no CUDA GPU is available",
+            where="run.device",
+            fix='use device = "auto" or "cpu" (or --device cpu)',
+        )
+    return requested
+
+
+def autocast_dtype(precision: str, device: str):
+    """The autocast dtype for ``precision`` on ``device``, or None for full precision.
+
+    Autocast is only used on CUDA; CPU runs stay in fp32 so that results are comparable and exact.
+    """
+    import torch
+
+    if not device.startswith("cuda") or precision == "fp32":
+        return None
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]

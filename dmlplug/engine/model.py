@@ -1,0 +1,71 @@
+"""The trained network: backbone -> pooled features (+ feature map) -> head(s) -> embedding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ModelOutput:
+    """What one forward pass produces.
+
+    Attributes:
+        embedding: ``B×D`` evaluation embedding (as returned by the head, normally L2-normalised).
+        features: ``B×F`` pooled backbone features.
+        feature_map: ``B×F×h×w`` feature map or None.
+        named: Named embeddings of a multi-head head (empty for a single head).
+    """
+
+    embedding: torch.Tensor
+    features: torch.Tensor
+    feature_map: torch.Tensor | None = None
+    named: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class EmbeddingModel(nn.Module):
+    """Backbone and head as one module, so that checkpoints and optimizers see one tree.
+
+    Args:
+        backbone: Module returning ``(features, feature_map)``.
+        head: Module mapping features to a tensor, or to a dict plus ``eval_embedding(dict)``.
+    """
+
+    def __init__(self, backbone: nn.Module, head: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        #: While True the backbone runs without gradients (warm-up of the head and loss parameters).
+        self.backbone_frozen = False
+
+    def forward(self, images: torch.Tensor) -> ModelOutput:
+        """Embed a batch of images."""
+        if self.backbone_frozen:
+            with torch.no_grad():
+                features, feature_map = self.backbone(images)
+        else:
+            features, feature_map = self.backbone(images)
+        out = self.head(features)
+        if isinstance(out, dict):
+            return ModelOutput(self.head.eval_embedding(out), features, feature_map, out)
+        return ModelOutput(out, features, feature_map)
+
+    @torch.no_grad()
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Evaluation embedding only (no gradients)."""
+        return self.forward(images).embedding
+
+
+def freeze_backbone(model: EmbeddingModel, frozen: bool) -> None:
+    """Switch the backbone's warm-up freeze on or off (gradients and forward under no_grad)."""
+    model.backbone_frozen = frozen
+    for param in model.backbone.parameters():
+        param.requires_grad_(not frozen)
+
+
+def count_parameters(module: Any) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -1,0 +1,150 @@
+import pytest
+from pydantic import Field
+
+from dmlplug import Params
+from dmlplug.errors import ComponentError, RecipeError
+from dmlplug.recipe import load_recipe
+from dmlplug.registry import Registry
+
+
+class P(Params):
+    margin: float = Field(0.2, gt=0, description="m")
+
+
+class KParams(Params):
+    k: list[int] = Field(default_factory=lambda: [1], description="k")
+
+
+class MParams(Params):
+    m: int = Field(4, description="m")
+
+
+class RootParams(Params):
+    root: str = Field("data", description="root")
+
+
+def _registry():
+    reg = Registry()
+    f = lambda params, ctx: None  # noqa: E731
+    reg.register_callback("datasets", "t")("toy", f, params=RootParams)
+    reg.register_callback("samplers", "t")("m_per_class", f, params=MParams)
+    reg.register_callback("backbones", "t")("timm", f)
+    reg.register_callback("heads", "t")("linear", f)
+    reg.register_callback("losses", "t")("triplet", f, params=P, tags=("uses_tuples",))
+    reg.register_callback("losses", "t")("arcface", f, tags=("has_parameters",))
+    reg.register_callback("losses", "t")("proxy_anchor", f, tags=("proxies",))
+    reg.register_callback("miners", "t")("batch_hard", f, tags=("triplets",))
+    reg.register_callback("regularizers", "t")("nir", f, requires=("loss:proxies",))
+    reg.register_callback("evaluators", "t")("recall", f, params=KParams)
+    reg.register_callback("evaluators", "t")("map_at_r", f)
+    reg.register_callback("loggers", "t")("console", f)
+    reg.register_callback("loggers", "t")("tensorboard", f)
+    return reg
+
+
+BASE = """
+[run]
+name = "t"
+epochs = 2
+[data]
+batch_size = 8
+[data.dataset]
+name = "toy"
+root = "${DATA_ROOT:-/nowhere}/toy"
+[data.sampler]
+name = "m_per_class"
+[backbone]
+name = "timm"
+[loss]
+name = "triplet"
+margin = 0.3
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    return path
+
+
+def test_valid_recipe_resolves_defaults_and_interpolates(tmp_path):
+    r = load_recipe(write(tmp_path, BASE), registry=_registry(), environ={"DATA_ROOT": "/data"})
+    assert r.components["data.dataset"].params.root == "/data/toy"
+    assert r.components["loss"].params.margin == 0.3
+    resolved = r.resolved()
+    assert resolved["loss"] == {"name": "triplet", "weight": 1.0, "margin": 0.3}
+    assert resolved["head"]["name"] == "linear"
+    # the resolved TOML is itself a valid recipe that resolves to the same thing
+    again = load_recipe(write(tmp_path, r.dumps()), registry=_registry(), environ={})
+    assert again.resolved() == resolved
+
+
+def test_default_used_when_variable_unset(tmp_path):
+    r = load_recipe(write(tmp_path, BASE), registry=_registry(), environ={})
+    assert r.components["data.dataset"].params.root == "/nowhere/toy"
+
+
+def test_unset_variable_without_default(tmp_path):
+    text = BASE.replace("${DATA_ROOT:-/nowhere}", "${DMLPLUG_DATA}")
+    with pytest.raises(RecipeError, match="DMLPLUG_DATA is not set"):
+        load_recipe(write(tmp_path, text), registry=_registry(), environ={})
+
+
+def test_overrides_parse_toml_values_and_index_lists(tmp_path):
+    text = BASE + '\n[[regularizers]]\nname = "nir"\nweight = 1.0\n'.replace("nir", "nir")
+    text = text.replace('name = "triplet"\nmargin = 0.3', 'name = "proxy_anchor"')
+    r = load_recipe(write(tmp_path, text), ["run.epochs=5", "regularizers[0].weight=2.5", "run.name=abc"],
+                    registry=_registry(), environ={})
+    assert r.recipe.run.epochs == 5 and r.recipe.run.name == "abc"
+    assert r.components["regularizers[0]"].options["weight"] == 2.5
+
+
+def test_syntax_error_reports_line_and_column(tmp_path):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, BASE + "\n[loss\n"), registry=_registry(), environ={})
+    assert "line" in str(err.value) and "column" in str(err.value) and "r.toml" in str(err.value)
+
+
+def test_unknown_section_and_key_suggest(tmp_path):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, BASE + "\n[optimiser]\nlr = 1\n"), registry=_registry(), environ={})
+    assert "optimiser: unknown key (did you mean 'optimizer'?)" in str(err.value)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, BASE.replace("epochs = 2", "epoch = 2")), registry=_registry(), environ={})
+    assert "run.epoch" in str(err.value) and "'epochs'" in str(err.value)
+
+
+def test_wrong_type_and_range(tmp_path):
+    with pytest.raises(RecipeError, match="run.epochs"):
+        load_recipe(write(tmp_path, BASE.replace("epochs = 2", 'epochs = "two"')), registry=_registry(), environ={})
+    with pytest.raises(RecipeError, match="loss.margin"):
+        load_recipe(write(tmp_path, BASE.replace("margin = 0.3", "margin = -1")), registry=_registry(), environ={})
+
+
+def test_unknown_component_suggests(tmp_path):
+    with pytest.raises(ComponentError) as err:
+        load_recipe(write(tmp_path, BASE.replace('"triplet"', '"triplett"')), registry=_registry(), environ={})
+    assert "did you mean 'triplet'" in str(err.value) and "loss.name" in str(err.value)
+
+
+def test_miner_with_loss_that_ignores_tuples_is_rejected(tmp_path):
+    text = BASE.replace('name = "triplet"\nmargin = 0.3', 'name = "arcface"') + '\n[miner]\nname = "batch_hard"\n'
+    with pytest.raises(RecipeError, match="ignores mined tuples"):
+        load_recipe(write(tmp_path, text), registry=_registry(), environ={})
+
+
+def test_requirement_on_loss_tag(tmp_path):
+    text = BASE + '\n[[regularizers]]\nname = "nir"\n'
+    with pytest.raises(RecipeError, match="needs a loss with 'proxies'"):
+        load_recipe(write(tmp_path, text), registry=_registry(), environ={})
+
+
+def test_engine_option_type_checked(tmp_path):
+    with pytest.raises(RecipeError, match="loss.weight"):
+        load_recipe(write(tmp_path, BASE.replace("margin = 0.3", 'margin = 0.3\nweight = "x"')),
+                    registry=_registry(), environ={})
+
+
+def test_missing_file():
+    with pytest.raises(RecipeError, match="not found"):
+        load_recipe("no/such/recipe.toml", registry=_registry())

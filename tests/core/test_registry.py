@@ -1,0 +1,88 @@
+import pytest
+from pydantic import Field
+
+from dmlplug import Params, hookimpl
+from dmlplug.errors import ComponentError, PluginError, RecipeError
+from dmlplug.plugins import PluginHost
+from dmlplug.registry import Registry
+
+
+class MarginParams(Params):
+    margin: float = Field(0.2, gt=0, description="Margin.")
+
+
+def factory(params, ctx):
+    return ("built", params.margin, ctx)
+
+
+def test_register_get_and_aliases():
+    registry = Registry()
+    registry.register_callback("losses", "p1")("margin_x", factory, params=MarginParams, aliases=("mx",),
+                                                  tags=("uses_tuples",))
+    info = registry.get("loss", "mx")
+    assert info.name == "margin_x" and info.plugin == "p1" and "uses_tuples" in info.tags
+    assert info.build(info.validate({"margin": 0.5}, "loss"), None)[1] == 0.5
+
+
+def test_duplicate_names_name_both_plugins():
+    registry = Registry()
+    registry.register_callback("losses", "first_plugin")("same", factory)
+    with pytest.raises(PluginError) as err:
+        registry.register_callback("losses", "second_plugin")("same", factory)
+    assert "first_plugin" in str(err.value) and "second_plugin" in str(err.value)
+
+
+def test_unknown_name_suggests_close_names_and_where_to_list():
+    registry = Registry()
+    registry.register_callback("losses", "p")("arcface", factory)
+    with pytest.raises(ComponentError) as err:
+        registry.get("losses", "arcfase")
+    assert "did you mean 'arcface'" in str(err.value)
+    assert "dmlplug list losses" in str(err.value)
+
+
+def test_params_typo_is_an_error_with_suggestion():
+    registry = Registry()
+    registry.register_callback("losses", "p")("m", factory, params=MarginParams)
+    with pytest.raises(RecipeError) as err:
+        registry.get("losses", "m").validate({"margn": 0.1}, "loss")
+    assert "loss.margn" in str(err.value) and "did you mean 'margin'" in str(err.value)
+    with pytest.raises(RecipeError, match="greater than 0"):
+        registry.get("losses", "m").validate({"margin": -1}, "loss")
+
+
+def test_params_must_be_a_params_model():
+    registry = Registry()
+    with pytest.raises(PluginError, match="subclass of dmlplug.Params"):
+        registry.register_callback("losses", "p")("bad", factory, params=dict)
+
+
+class _GoodPlugin:
+    @hookimpl
+    def register_losses(self, register):
+        register("plugin_loss", factory, params=MarginParams)
+
+
+class _RaisingPlugin:
+    @hookimpl
+    def register_miners(self, register):
+        raise RuntimeError("boom")
+
+
+class _MisspelledPlugin:
+    @hookimpl
+    def register_lossez(self, register):  # typo: not a hook
+        pass
+
+
+def test_plugins_are_isolated_and_errors_recorded():
+    host = PluginHost().load(builtins=False, entry_points=False)
+    host.add_plugin(_GoodPlugin(), "good")
+    host.add_plugin(_RaisingPlugin(), "raising")
+    host.add_plugin(_MisspelledPlugin(), "misspelled")
+    assert host.registry.names("losses") == ["plugin_loss"]
+    assert "boom" in host.load_errors["raising"]
+    assert "unknown hook" in host.load_errors["misspelled"]
+    with pytest.raises(ComponentError) as err:
+        host.registry.get("miners", "anything")
+    assert "raising" in str(err.value)  # the fix names the broken plugin
