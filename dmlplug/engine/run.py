@@ -247,13 +247,14 @@ class Run:
         if r.evaluation.initial or r.run.epochs == 0:
             self.initial_metrics = self.evaluate(split)
             self._record_eval(split, self.initial_metrics)
-            self._update_best(self.initial_metrics)
             self.last_metrics = self.initial_metrics
+            self._checkpoint(self._update_best(self.initial_metrics))
         for epoch in range(1, r.run.epochs + 1):
             self.epoch = epoch
             self.host.pm.hook.on_epoch_start(run=self, epoch=epoch)
             self.train_epoch()
             evaluate_now = epoch % r.evaluation.every == 0 or epoch == r.run.epochs
+            improved = False
             if evaluate_now:
                 self.last_metrics = self.evaluate(split)
                 self._record_eval(split, self.last_metrics)
@@ -265,15 +266,17 @@ class Run:
                         self.scheduler.step(value if r.evaluation.mode == "max" else -value)
                 else:
                     self.scheduler.step()
-            self.save("last")
-            if evaluate_now and improved:
-                shutil.copyfile(self.checkpoint_dir / "last.pt", self.checkpoint_dir / ".best.pt.tmp")
-                (self.checkpoint_dir / ".best.pt.tmp").replace(self.checkpoint_dir / "best.pt")
-        if r.run.epochs == 0:
-            self.save("last")
-            shutil.copyfile(self.checkpoint_dir / "last.pt", self.checkpoint_dir / "best.pt")
+            self._checkpoint(evaluate_now and improved)
         self._write_artifacts()
         return self.result("completed")
+
+    def _checkpoint(self, improved: bool) -> None:
+        """Save last.pt; when the selection metric improved, best.pt becomes a copy of it (atomically)."""
+        last = self.save("last")
+        if improved:
+            tmp = self.checkpoint_dir / ".best.pt.tmp"
+            shutil.copyfile(last, tmp)
+            tmp.replace(self.checkpoint_dir / "best.pt")
 
     def _update_best(self, metrics: dict[str, float]) -> bool:
         value = self._selection_value(metrics)
