@@ -1,0 +1,306 @@
+"""The embedded default dataset ``glyphs``: characters rendered offline from matplotlib's fonts.
+
+Nothing is downloaded: the images are rendered by :mod:`dmlplug_builtins.datasets.glyph_render` in a few
+seconds and cached as one ``.npz`` of uint8 arrays. Classes are characters grouped in families (scripts
+and symbol blocks), so a recipe can hold out half of every family's classes (``split = "interleaved"``,
+the usual zero-shot protocol) or whole families (``split = "families"``, a distribution shift).
+
+This module is imported when the plugin host starts: numpy, Pillow and matplotlib are imported inside
+the functions that need them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator
+
+from dmlplug import Params
+from dmlplug.errors import DataError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dmlplug.data import DatasetBundle
+    from dmlplug_builtins.datasets.glyph_render import GlyphArrays
+
+#: Families held out for testing by ``split = "families"`` unless the recipe names its own: scripts and
+#: symbol blocks of both kinds, about half of the classes of any catalogue prefix.
+DEFAULT_TEST_FAMILIES: tuple[str, ...] = (
+    "hebrew", "armenian", "georgian", "nko", "tifinagh", "canadian_syllabics",
+    "letterlike", "arrows", "geometric_shapes", "dingbats", "yijing",
+)
+
+_CACHE_ARRAYS = ("images", "labels", "class_names", "families")
+
+
+class GlyphsParams(Params):
+    """Parameters of the embedded ``glyphs`` dataset."""
+
+    num_classes: int = Field(
+        300, ge=2,
+        description="Number of character classes, shared out between the splits (the installed fonts give "
+                    "about 2300; fewer make the dataset faster to train on).")
+    images_per_class: int = Field(32, ge=2, le=1000, description="Images rendered per class.")
+    image_size: int = Field(32, ge=16, le=128, description="Side length in pixels of the square images.")
+    seed: int = Field(
+        0, ge=0,
+        description="Seed of the rendering variations and of the validation classes; independent of the "
+                    "run seed so that every run sees the same images.")
+    split: Literal["interleaved", "families"] = Field(
+        "interleaved",
+        description='"interleaved": every other class of each family is a test class (class-disjoint, '
+                    'same families); "families": whole families are test families (distribution shift).')
+    test_families: list[str] | None = Field(
+        None,
+        description='Families held out for testing when split = "families" (default: '
+                    + ", ".join(DEFAULT_TEST_FAMILIES) + ").")
+    val_fraction: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="Fraction of the training classes moved to a validation split (0: no validation split).")
+    cache_dir: str | None = Field(
+        None, description="Folder of the generated-data cache (default: $DMLPLUG_CACHE or ~/.cache/dmlplug).")
+
+    @field_validator("test_families")
+    @classmethod
+    def _known_families(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        from dmlplug.errors import did_you_mean
+        from dmlplug_builtins.datasets.glyph_render import FAMILY_NAMES
+
+        for name in value:
+            if name not in FAMILY_NAMES:
+                raise ValueError(f"unknown glyph family {name!r}{did_you_mean(name, FAMILY_NAMES)}; "
+                                 f"families are: {', '.join(FAMILY_NAMES)}")
+        if not value:
+            raise ValueError("name at least one family to hold out")
+        return value
+
+
+def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int) -> GlyphArrays:
+    """Render the glyph dataset in memory, without the cache.
+
+    Args:
+        num_classes: Number of classes (a prefix of the fixed catalogue: more classes never change the
+            images of the first ones).
+        images_per_class: Images per class.
+        image_size: Side length of the square greyscale images.
+        seed: Seed of the variations; the same arguments give byte-identical arrays.
+
+    Returns:
+        ``GlyphArrays(images, labels, class_names, families)``: ``N×H×W`` uint8 images grouped by class,
+        int64 labels ``0 .. C-1``, ``"family:char"`` names and the family of each class.
+    """
+    from dmlplug_builtins.datasets import glyph_render
+
+    return glyph_render.generate_glyphs(num_classes, images_per_class, image_size, seed)
+
+
+def default_cache_dir() -> Path:
+    """``$DMLPLUG_CACHE`` when set, else ``~/.cache/dmlplug``."""
+    return Path(os.environ.get("DMLPLUG_CACHE") or Path.home() / ".cache" / "dmlplug").expanduser()
+
+
+def cache_key(num_classes: int, images_per_class: int, image_size: int, seed: int) -> str:
+    """Hash of everything that determines the generated arrays.
+
+    It covers the arguments, the generator version, the font files (names and sizes) and the Pillow and
+    FreeType versions that rasterize them, so a changed renderer never serves stale pixels.
+    """
+    from PIL import __version__ as pillow_version
+    from PIL import features
+
+    from dmlplug_builtins.datasets import glyph_render
+
+    payload = {
+        "generator_version": glyph_render.GENERATOR_VERSION,
+        "num_classes": num_classes,
+        "images_per_class": images_per_class,
+        "image_size": image_size,
+        "seed": seed,
+        "fonts": glyph_render.font_fingerprint(),
+        "pillow": pillow_version,
+        "freetype": features.version("freetype2"),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def cache_file(num_classes: int, images_per_class: int, image_size: int, seed: int,
+               cache_dir: str | Path | None = None) -> Path:
+    """Where :func:`load_glyphs` keeps the arrays for these arguments."""
+    return _cache_path(cache_key(num_classes, images_per_class, image_size, seed), num_classes,
+                       images_per_class, image_size, seed, cache_dir)
+
+
+def _cache_path(key: str, num_classes: int, images_per_class: int, image_size: int, seed: int,
+                cache_dir: str | Path | None) -> Path:
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    name = f"glyphs-{num_classes}x{images_per_class}-{image_size}px-seed{seed}-{key[:16]}.npz"
+    return folder / "glyphs" / name
+
+
+def load_glyphs(num_classes: int = 300, images_per_class: int = 32, image_size: int = 32, seed: int = 0,
+                cache_dir: str | Path | None = None) -> GlyphArrays:
+    """Like :func:`generate_glyphs`, but read from the cache when possible and written to it otherwise."""
+    arrays, _, _ = _load_or_generate(num_classes, images_per_class, image_size, seed, cache_dir)
+    return arrays
+
+
+def _load_or_generate(num_classes: int, images_per_class: int, image_size: int, seed: int,
+                      cache_dir: str | Path | None) -> tuple[GlyphArrays, Path, bool]:
+    """The arrays, the cache file, and whether they came from it."""
+    key = cache_key(num_classes, images_per_class, image_size, seed)
+    path = _cache_path(key, num_classes, images_per_class, image_size, seed, cache_dir)
+    if path.is_file():
+        try:
+            return _read_cache(path, key, num_classes, images_per_class, image_size), path, True
+        except Exception as exc:  # any unreadable file is regenerated: the cache is only an optimisation
+            warnings.warn(f"glyph dataset cache {path} is unreadable ({type(exc).__name__}: {exc}); "
+                          "regenerating it", RuntimeWarning, stacklevel=3)
+    arrays = generate_glyphs(num_classes, images_per_class, image_size, seed)
+    _write_cache(path, key, arrays)
+    return arrays, path, False
+
+
+def _read_cache(path: Path, key: str, num_classes: int, images_per_class: int,
+                image_size: int) -> GlyphArrays:
+    import numpy as np
+
+    from dmlplug_builtins.datasets.glyph_render import GlyphArrays
+
+    with np.load(path, allow_pickle=False) as data:
+        if str(data["key"]) != key:
+            raise ValueError("the file belongs to other generation parameters")
+        images, labels = data["images"], data["labels"]
+        class_names, families = [str(s) for s in data["class_names"]], [str(s) for s in data["families"]]
+    expected = (num_classes * images_per_class, image_size, image_size)
+    if images.shape != expected or images.dtype != np.uint8 or labels.shape != (expected[0],):
+        raise ValueError(f"arrays have shape {images.shape}, expected {expected}")
+    if len(class_names) != num_classes or len(families) != num_classes:
+        raise ValueError("class names do not match the number of classes")
+    return GlyphArrays(images, labels.astype(np.int64), class_names, families)
+
+
+def _write_cache(path: Path, key: str, arrays: GlyphArrays) -> None:
+    """Write atomically (temporary file + rename) so that a reader never sees half a file."""
+    import numpy as np
+
+    temp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, key=np.array(key), images=arrays.images, labels=arrays.labels,
+                     class_names=np.array(arrays.class_names), families=np.array(arrays.families))
+        os.chmod(temp_name, 0o644)  # mkstemp creates owner-only files; the cache is shareable
+        os.replace(temp_name, path)
+    except OSError as exc:
+        warnings.warn(f"could not write the glyph dataset cache {path} ({exc}); it will be regenerated "
+                      "next time", RuntimeWarning, stacklevel=3)
+        if temp_name is not None and os.path.exists(temp_name):
+            os.unlink(temp_name)
+
+
+def split_glyph_classes(families: list[str], split: str = "interleaved",
+                        test_families: list[str] | None = None, val_fraction: float = 0.0,
+                        seed: int = 0) -> dict[str, np.ndarray]:
+    """Assign classes to ``train`` / ``test`` (and ``val``) splits.
+
+    Args:
+        families: Family of every class, in class order.
+        split: ``"interleaved"``: within each family, classes alternate train, test, train, … in
+            catalogue order; ``"families"``: the classes of ``test_families`` are the test classes.
+        test_families: Families held out by ``"families"`` (default :data:`DEFAULT_TEST_FAMILIES`).
+        val_fraction: Fraction of the training classes moved, at random (``seed``), to ``val``.
+        seed: Seed of the validation choice.
+
+    Returns:
+        Sorted int64 class indices per split; ``val`` only when ``val_fraction > 0``.
+
+    Raises:
+        DataError: A split would be empty.
+    """
+    import numpy as np
+
+    if split == "interleaved":
+        position: dict[str, int] = {}
+        is_test = []
+        for family in families:
+            is_test.append(position.get(family, 0) % 2 == 1)
+            position[family] = position.get(family, 0) + 1
+    elif split == "families":
+        held_out = set(test_families or DEFAULT_TEST_FAMILIES)
+        is_test = [family in held_out for family in families]
+    else:
+        raise DataError(f"unknown glyph split {split!r}", where="dataset.split",
+                        fix='use "interleaved" or "families"')
+    is_test_array = np.asarray(is_test, dtype=bool)
+    splits = {"train": np.flatnonzero(~is_test_array), "test": np.flatnonzero(is_test_array)}
+    if val_fraction > 0:
+        train = splits["train"]
+        count = max(1, round(val_fraction * len(train)))
+        chosen = np.zeros(len(train), dtype=bool)
+        chosen[np.random.default_rng([seed, 2]).permutation(len(train))[:count]] = True
+        splits["train"], splits["val"] = train[~chosen], train[chosen]
+    for name, classes in splits.items():
+        if len(classes) == 0:
+            raise DataError(
+                f"the glyph dataset's {name} split has no classes ({len(families)} classes, split={split!r})",
+                where="dataset",
+                fix="use more classes (num_classes), another split or test_families, or a smaller val_fraction",
+            )
+    return {name: classes.astype(np.int64) for name, classes in splits.items()}
+
+
+def build_glyphs(params: GlyphsParams, ctx: Any) -> DatasetBundle:
+    """Build the ``glyphs`` dataset bundle (generated or read from the cache)."""
+    import numpy as np
+
+    from dmlplug.data import ArraySource, DatasetBundle
+    from dmlplug_builtins.datasets.glyph_render import GENERATOR_VERSION, family_counts
+
+    arrays, path, hit = _load_or_generate(params.num_classes, params.images_per_class, params.image_size,
+                                          params.seed, params.cache_dir)
+    splits = split_glyph_classes(arrays.families, params.split, params.test_families,
+                                 params.val_fraction, params.seed)
+    sources: dict[str, ArraySource] = {}
+    for name, classes in splits.items():
+        keep = np.isin(arrays.labels, classes)
+        # Classes are sorted, so searchsorted re-indexes labels densely 0 .. C'-1 in class order.
+        labels = np.searchsorted(classes, arrays.labels[keep]).astype(np.int64)
+        sources[name] = ArraySource(arrays.images[keep], labels, [arrays.class_names[c] for c in classes],
+                                    name=f"glyphs/{name}")
+    info = {
+        "generator_version": GENERATOR_VERSION,
+        "seed": params.seed,
+        "num_classes": params.num_classes,
+        "images_per_class": params.images_per_class,
+        "image_size": params.image_size,
+        "split": params.split,
+        "cache_path": str(path),
+        "cache_hit": hit,
+        "counts": {name: {"classes": src.num_classes, "images": len(src)} for name, src in sources.items()},
+        "families": {name: family_counts([arrays.families[c] for c in classes])
+                     for name, classes in splits.items()},
+    }
+    return DatasetBundle(train=sources["train"], test=sources["test"], val=sources.get("val"),
+                         default_augment="light", info=info)
+
+
+def register_into(register: Any) -> None:
+    """Register the ``glyphs`` dataset through the host's ``register`` callback."""
+    register(
+        "glyphs",
+        build_glyphs,
+        params=GlyphsParams,
+        description="Embedded glyph images (characters in ~25 script/symbol families) rendered offline "
+                    "from matplotlib's fonts; no download.",
+        tags=("embedded",),
+    )

@@ -1,0 +1,331 @@
+"""The embedded glyph dataset: catalogue, rendering, determinism, cache, splits and learnability."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import unicodedata
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import dmlplug
+from dmlplug.errors import DataError, RecipeError
+from dmlplug.plugins import PluginHost
+from dmlplug_builtins.datasets import glyph_render
+from dmlplug_builtins.datasets.glyphs import (
+    DEFAULT_TEST_FAMILIES,
+    GlyphsParams,
+    cache_file,
+    generate_glyphs,
+    load_glyphs,
+    split_glyph_classes,
+)
+
+DEFAULT = {"num_classes": 300, "images_per_class": 32, "image_size": 32, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("glyph-cache")
+
+
+@pytest.fixture(scope="module")
+def default_arrays(cache_dir):
+    """The default dataset, generated once into the module's cache (its time is printed with -s)."""
+    start = time.perf_counter()
+    arrays = load_glyphs(**DEFAULT, cache_dir=cache_dir)
+    print(f"\ngenerated the default glyph dataset in {time.perf_counter() - start:.2f} s")
+    return arrays
+
+
+def build_bundle(cache_dir, **params):
+    return dmlplug.create("dataset", "glyphs", cache_dir=str(cache_dir), **params)
+
+
+# --- catalogue ---------------------------------------------------------------------------------------
+
+
+def test_catalog_offers_at_least_300_classes_in_many_families():
+    catalog = glyph_render.glyph_catalog()
+    assert len(catalog) >= 300
+    assert len({entry.char for entry in catalog}) == len(catalog)
+    assert len({entry.family for entry in catalog[:300]}) >= 20
+
+
+def test_every_face_of_every_class_really_contains_the_character():
+    from matplotlib.ft2font import FT2Font
+
+    fonts = {}
+    for entry in glyph_render.glyph_catalog():
+        assert len(entry.faces) >= 2, entry
+        for face in entry.faces:
+            if face not in fonts:
+                fonts[face] = FT2Font(str(glyph_render.font_dir() / face))
+            assert fonts[face].get_char_index(ord(entry.char)) != 0, (entry, face)
+
+
+def test_classes_lie_in_their_family_ranges_and_are_letters_digits_or_symbols():
+    families = {family.name: family for family in glyph_render.FAMILIES}
+    for entry in glyph_render.glyph_catalog():
+        code = ord(entry.char)
+        assert any(first <= code <= last for first, last in families[entry.family].ranges), entry
+        assert unicodedata.category(entry.char)[0] in "LNS", entry
+
+
+def test_look_alikes_of_earlier_families_are_dropped():
+    chars = {entry.char for entry in glyph_render.glyph_catalog()}
+    assert "A" in chars and "o" in chars
+    assert "\u0391" not in chars  # Greek capital alpha renders exactly as Latin A
+    assert "\u043e" not in chars  # Cyrillic small o renders exactly as Latin o
+
+
+def test_blank_glyphs_are_rejected():
+    assert glyph_render.rasterize("\u2800", "DejaVuSans.ttf", 48) is None  # the empty braille pattern
+    assert glyph_render.rasterize(" ", "DejaVuSans.ttf", 48) is None
+    assert glyph_render.rasterize("A", "DejaVuSans.ttf", 48) is not None
+
+
+# --- placement (a known answer for the affine warp) ---------------------------------------------------
+
+
+def _ink_box(image):
+    rows = np.flatnonzero(np.asarray(image).max(axis=1) > 127)
+    cols = np.flatnonzero(np.asarray(image).max(axis=0) > 127)
+    return rows[0], rows[-1], cols[0], cols[-1]
+
+
+def test_place_centres_the_ink_and_shifts_by_whole_pixels():
+    bar = Image.new("L", (20, 8), 255)
+    centred = np.asarray(glyph_render._place(bar, 64))
+    top, bottom, left, right = _ink_box(centred)
+    assert (bottom - top + 1, right - left + 1) == (8, 20)
+    assert (top + bottom) / 2 == pytest.approx(31.5) and (left + right) / 2 == pytest.approx(31.5)
+    shifted = np.asarray(glyph_render._place(bar, 64, shift=(5.0, -3.0)))
+    assert np.array_equal(shifted, np.roll(centred, (-3, 5), axis=(0, 1)))
+
+
+def test_place_rotates_scales_and_shrinks_oversized_glyphs():
+    bar = Image.new("L", (20, 8), 255)
+    top, bottom, left, right = _ink_box(glyph_render._place(bar, 64, angle=90.0))
+    assert (bottom - top + 1, right - left + 1) == (20, 8)
+    top, bottom, left, right = _ink_box(glyph_render._place(bar, 64, scale=0.5))
+    assert (bottom - top + 1, right - left + 1) == (4, 10)
+    tall = Image.new("L", (10, 100), 255)
+    top, bottom, _, _ = _ink_box(glyph_render._place(tall, 64))
+    assert bottom - top + 1 == pytest.approx(glyph_render._MAX_EXTENT * 64, abs=1)
+
+
+# --- generated arrays ---------------------------------------------------------------------------------
+
+
+def test_default_arrays_have_the_promised_shapes_and_names(default_arrays):
+    images, labels, class_names, families = default_arrays
+    assert images.shape == (300 * 32, 32, 32) and images.dtype == np.uint8
+    assert labels.dtype == np.int64
+    assert np.array_equal(labels, np.repeat(np.arange(300), 32))
+    assert len(class_names) == len(families) == 300
+    for name, family in zip(class_names, families, strict=True):
+        prefix, char = name.split(":", 1)
+        assert prefix == family and len(char) == 1
+    assert len(set(class_names)) == 300
+
+
+def test_images_show_ink_and_differ_within_each_class(default_arrays):
+    flat = default_arrays.images.reshape(len(default_arrays.images), -1).astype(np.int64)
+    contrast = np.percentile(flat, 99, axis=1) - np.median(flat, axis=1)
+    assert contrast.min() > 40, "an image is (nearly) blank"
+    for label in range(300):
+        members = flat[label * 32:(label + 1) * 32]
+        assert len(np.unique(members, axis=0)) == 32
+        # Beyond noise: the glyphs themselves move (the per-pixel spread of a class is large somewhere).
+        assert members.std(axis=0).max() > 60
+
+
+def test_generation_is_byte_identical_for_equal_arguments_and_seed_dependent():
+    first = generate_glyphs(12, 6, 24, seed=3)
+    second = generate_glyphs(12, 6, 24, seed=3)
+    assert first.images.tobytes() == second.images.tobytes()
+    assert first.class_names == second.class_names
+    other = generate_glyphs(12, 6, 24, seed=4)
+    assert other.class_names == first.class_names
+    assert not np.array_equal(other.images, first.images)
+
+
+def test_generation_is_identical_in_a_fresh_process():
+    import hashlib
+
+    code = ("import hashlib; from dmlplug_builtins.datasets.glyphs import generate_glyphs; "
+            "print(hashlib.sha256(generate_glyphs(10, 3, 24, seed=2).images.tobytes()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "123"})
+    here = hashlib.sha256(generate_glyphs(10, 3, 24, seed=2).images.tobytes()).hexdigest()
+    assert out.stdout.strip() == here
+
+
+def test_more_classes_or_images_leave_the_first_images_unchanged():
+    small = generate_glyphs(8, 4, 24, seed=1)
+    more_classes = generate_glyphs(20, 4, 24, seed=1)
+    more_images = generate_glyphs(8, 6, 24, seed=1)
+    assert np.array_equal(more_classes.images[: 8 * 4], small.images)
+    assert more_classes.class_names[:8] == small.class_names
+    assert np.array_equal(more_images.images.reshape(8, 6, 24, 24)[:, :4], small.images.reshape(8, 4, 24, 24))
+
+
+def test_too_many_classes_is_a_data_error():
+    with pytest.raises(DataError, match="classes"):
+        generate_glyphs(len(glyph_render.glyph_catalog()) + 1, 2, 16, seed=0)
+
+
+# --- cache ----------------------------------------------------------------------------------------------
+
+
+def test_cache_hit_is_fast_and_equal(default_arrays, cache_dir):
+    path = cache_file(**DEFAULT, cache_dir=cache_dir)
+    assert path.is_file()
+    assert not list(path.parent.glob("*.tmp")), "a temporary file was left behind"
+    start = time.perf_counter()
+    again = load_glyphs(**DEFAULT, cache_dir=cache_dir)
+    elapsed = time.perf_counter() - start
+    print(f"\nloaded the default glyph dataset from the cache in {elapsed:.3f} s")
+    assert elapsed < 1.0
+    assert np.array_equal(again.images, default_arrays.images)
+    assert np.array_equal(again.labels, default_arrays.labels)
+    assert again.class_names == default_arrays.class_names and again.families == default_arrays.families
+
+
+def test_cache_key_depends_on_every_generation_parameter(tmp_path):
+    base = cache_file(10, 4, 32, 0, cache_dir=tmp_path)
+    assert base.parent == tmp_path / "glyphs"
+    variants = [cache_file(11, 4, 32, 0, tmp_path), cache_file(10, 5, 32, 0, tmp_path),
+                cache_file(10, 4, 24, 0, tmp_path), cache_file(10, 4, 32, 1, tmp_path)]
+    assert len({base, *variants}) == 5
+
+
+def test_default_cache_dir_honours_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DMLPLUG_CACHE", str(tmp_path))
+    assert cache_file(10, 4, 32, 0).parent == tmp_path / "glyphs"
+    monkeypatch.delenv("DMLPLUG_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_file(10, 4, 32, 0).parent == tmp_path / "home" / ".cache" / "dmlplug" / "glyphs"
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not a zip file at all", None])
+def test_corrupt_cache_is_regenerated_with_a_warning(tmp_path, garbage):
+    fresh = load_glyphs(6, 3, 24, 0, cache_dir=tmp_path)
+    path = cache_file(6, 3, 24, 0, cache_dir=tmp_path)
+    if garbage is None:  # a truncated but otherwise genuine file
+        garbage = path.read_bytes()[:300]
+    path.write_bytes(garbage)
+    with pytest.warns(RuntimeWarning, match="regenerating"):
+        again = load_glyphs(6, 3, 24, 0, cache_dir=tmp_path)
+    assert np.array_equal(again.images, fresh.images)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rewritten file is valid again
+        assert np.array_equal(load_glyphs(6, 3, 24, 0, cache_dir=tmp_path).images, fresh.images)
+
+
+def test_unwritable_cache_warns_and_still_returns_the_data(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.warns(RuntimeWarning, match="could not write"):
+        arrays = load_glyphs(4, 2, 16, 0, cache_dir=blocker)
+    assert arrays.images.shape == (8, 16, 16)
+
+
+# --- splits and the registered dataset ----------------------------------------------------------------
+
+
+def _original_labels(source, class_names):
+    index = {name: i for i, name in enumerate(class_names)}
+    return np.asarray([index[source.class_names[label]] for label in source.labels])
+
+
+def test_interleaved_split_is_class_disjoint_and_keeps_every_family(default_arrays, cache_dir):
+    bundle = build_bundle(cache_dir)
+    train, test = set(bundle.train.class_names), set(bundle.test.class_names)
+    assert not train & test and len(train | test) == 300
+    assert abs(len(train) - len(test)) <= len(glyph_render.FAMILIES)
+    family_of = dict(zip(default_arrays.class_names, default_arrays.families, strict=True))
+    assert {family_of[n] for n in train} == {family_of[n] for n in test} == set(default_arrays.families)
+    assert bundle.val is None and bundle.default_augment == "light"
+    assert bundle.info["cache_hit"] is True and bundle.info["counts"]["test"]["images"] == len(bundle.test)
+
+
+def test_family_split_holds_out_whole_families(default_arrays, cache_dir):
+    bundle = build_bundle(cache_dir, split="families", val_fraction=0.2)
+    family_of = dict(zip(default_arrays.class_names, default_arrays.families, strict=True))
+    train_families = {family_of[n] for n in bundle.train.class_names}
+    val_families = {family_of[n] for n in bundle.val.class_names}
+    test_families = {family_of[n] for n in bundle.test.class_names}
+    assert test_families == set(DEFAULT_TEST_FAMILIES) & set(default_arrays.families)
+    assert not (train_families | val_families) & test_families
+    names = [set(s.class_names) for s in (bundle.train, bundle.val, bundle.test)]
+    assert sum(map(len, names)) == len(set.union(*names)) == 300
+    assert len(names[1]) == round(0.2 * (len(names[0]) + len(names[1])))
+    assert set(bundle.info["families"]["test"]) == test_families
+
+
+def test_split_labels_are_dense_and_point_at_the_right_images(default_arrays, cache_dir):
+    bundle = build_bundle(cache_dir, split="families", test_families=["greek", "braille"], val_fraction=0.1)
+    for source in (bundle.train, bundle.val, bundle.test):
+        assert np.array_equal(np.unique(source.labels), np.arange(source.num_classes))
+        original = _original_labels(source, default_arrays.class_names)
+        first = np.searchsorted(default_arrays.labels, original)  # each class's first image in the arrays
+        rank = np.arange(len(source)) - np.searchsorted(source.labels, source.labels)
+        assert np.array_equal(source.images, default_arrays.images[first + rank])
+    assert {n.split(":")[0] for n in bundle.test.class_names} == {"greek", "braille"}
+    image = bundle.test.load_image(0)
+    assert image.mode == "RGB" and image.size == (32, 32)
+
+
+def test_split_choice_is_deterministic_and_seeded():
+    families = ["a"] * 10 + ["b"] * 10
+    first = split_glyph_classes(families, "interleaved", val_fraction=0.3, seed=5)
+    again = split_glyph_classes(families, "interleaved", val_fraction=0.3, seed=5)
+    other = split_glyph_classes(families, "interleaved", val_fraction=0.3, seed=6)
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    assert np.array_equal(first["test"], [1, 3, 5, 7, 9, 11, 13, 15, 17, 19])
+    assert len(first["val"]) == 3 and not np.array_equal(first["val"], other["val"])
+
+
+def test_a_split_without_classes_is_a_data_error():
+    with pytest.raises(DataError, match="test split has no classes"):
+        split_glyph_classes(["latin_upper"] * 4, "families", test_families=["greek"])
+
+
+def test_unknown_family_is_a_recipe_error_with_a_suggestion():
+    with pytest.raises(RecipeError, match="did you mean 'greek'"):
+        dmlplug.create("dataset", "glyphs", split="families", test_families=["greeek"])
+
+
+def test_params_are_documented_and_registered_through_the_hook():
+    info = PluginHost().load(entry_points=False).registry.get("datasets", "glyphs")
+    assert info.params is GlyphsParams and info.description
+    assert all(field.description for field in GlyphsParams.model_fields.values())
+    assert GlyphsParams().num_classes >= 300
+
+
+def test_importing_the_plugin_stays_light():
+    code = ("import sys, dmlplug_builtins.datasets.glyphs; "
+            "print(sorted(m for m in ('torch', 'PIL', 'matplotlib', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --- learnability -------------------------------------------------------------------------------------
+
+
+def test_raw_pixel_nearest_neighbour_is_well_above_chance_but_far_from_perfect(cache_dir):
+    test = build_bundle(cache_dir).test
+    x = test.images.reshape(len(test), -1).astype(np.float32)
+    squared = (x * x).sum(axis=1)
+    distances = squared[:, None] + squared[None, :] - 2.0 * (x @ x.T)
+    np.fill_diagonal(distances, np.inf)
+    recall_at_1 = float((test.labels[distances.argmin(axis=1)] == test.labels).mean())
+    print(f"\nraw-pixel recall@1 on the interleaved test split ({test.num_classes} classes): {recall_at_1:.3f}")
+    assert 20 / test.num_classes < recall_at_1 < 0.8
