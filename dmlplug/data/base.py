@@ -59,9 +59,11 @@ class SubsetSource(ImageSource):
         self.name = name or f"{parent.name}[subset]"
 
     def load_image(self, index: int) -> Any:
+        """Image ``index`` of the subset."""
         return self.parent.load_image(int(self.indices[index]))
 
     def describe(self, index: int) -> str:
+        """Where image ``index`` of the subset comes from."""
         return self.parent.describe(int(self.indices[index]))
 
 
@@ -77,6 +79,7 @@ class ArraySource(ImageSource):
         self.name = name
 
     def load_image(self, index: int) -> Any:
+        """Image ``index`` as an RGB PIL image."""
         from PIL import Image
 
         array = self.images[index]

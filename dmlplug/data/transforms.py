@@ -1,4 +1,4 @@
-"""Image transforms of the DML protocol (METHODS.md §9.1), extra augmented views, and DataLoader plumbing.
+"""Image transforms of the DML protocol (METHODS.md §9.1) and extra augmented views.
 
 No torch at module level: torchvision is imported when a transform is built.
 """
@@ -86,44 +86,3 @@ def build_train_views(
     extra = view_augment or (augment if augment != "none" else "dml")
     return MultiView([main] + [build_transform("train", augment=extra, image_size=image_size)
                                for _ in range(views - 1)])
-
-
-class TransformedSource:
-    """A map-style dataset for ``torch.utils.data.DataLoader`` over an image source.
-
-    Items are ``(image, label, index)``: ``image`` is what ``transform`` returns (a tensor, or a tuple
-    of views), ``label`` a Python int, ``index`` the position in the source, so a step can tell which
-    images it saw (``StepOutput.indices``).
-    """
-
-    def __init__(self, source: Any, transform: Callable[[Any], Any]):
-        self.source = source
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __getitem__(self, index: int) -> tuple[Any, int, int]:
-        return self.transform(self.source.load_image(index)), int(self.source.labels[index]), int(index)
-
-
-def loader_options(*, workers: int, device: str, prefetch_factor: int | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``torch.utils.data.DataLoader`` that keep a GPU fed.
-
-    Worker processes stay alive between epochs (``persistent_workers``): restarting them each epoch
-    re-pickles the source and costs seconds per epoch on large datasets. Pinned memory lets
-    ``tensor.to("cuda", non_blocking=True)`` overlap the copy with compute, and only helps with CUDA.
-
-    Args:
-        workers: Number of worker processes; ``0`` decodes in the main process.
-        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        prefetch_factor: Batches loaded in advance per worker; PyTorch's default when ``None``.
-    """
-    if workers < 0:
-        raise ValueError(f"workers must be >= 0, got {workers}")
-    options: dict[str, Any] = {"num_workers": workers, "pin_memory": str(device).startswith("cuda")}
-    if workers > 0:
-        options["persistent_workers"] = True
-        if prefetch_factor is not None:
-            options["prefetch_factor"] = prefetch_factor
-    return options

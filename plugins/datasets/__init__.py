@@ -7,7 +7,7 @@ import importlib
 from dmlplug import hookimpl
 
 # One module per on-disk layout; keeps each loader small and separately testable.
-_DATASET_MODULES = ("glyphs",)
+_DATASET_MODULES = ("glyphs", "cub200", "cars196", "sop", "inaturalist", "folder", "csv_list")
 
 
 @hookimpl

@@ -1,0 +1,152 @@
+"""What every on-disk dataset loader shares: common parameters, root resolution, bundle assembly.
+
+Import-light (pydantic only at module level): the plugin host imports the loaders at start-up, numpy
+and the data modules are imported by the factories.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from dmlplug import Params
+from dmlplug.errors import DataError
+
+log = logging.getLogger("dmlplug.data")
+
+DATA_ENV = "DMLPLUG_DATA"
+
+
+class FileDatasetParams(Params):
+    """Options shared by every dataset read from image files."""
+
+    val_classes: float = Field(
+        0,
+        ge=0,
+        description="Training classes held out as a class-disjoint validation split: a fraction in (0, 1) "
+        "or a whole count; 0 = no validation split.",
+    )
+    val_strategy: Literal["last", "random"] = Field(
+        "last", description="Which training classes become validation: the last ones in class order "
+        "(reference code) or a seeded random draw.")
+    val_seed: int = Field(0, description="Seed of the random validation class draw.")
+    decode_errors: Literal["fail", "skip"] = Field(
+        "fail", description="An image that cannot be decoded: 'fail' stops with the file name, 'skip' "
+        "logs it and serves another image of the same class.")
+    check_files: bool = Field(
+        True, description="Check at start-up that every listed image file exists (one directory "
+        "listing per folder).")
+
+    @field_validator("val_classes")
+    @classmethod
+    def _whole_count(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("a count of classes must be a whole number (or use a fraction below 1)")
+        return value
+
+
+def resolve_root(root: str, *, dataset: str, layout: str) -> Path:
+    """Expand ``~`` and ``$VARS`` in ``root`` and check that it is a directory.
+
+    The recipe normally interpolates ``${DMLPLUG_DATA}`` already; expanding again is harmless and makes
+    the parameter defaults (which contain it) work outside recipes too.
+
+    Raises:
+        DataError: The directory does not exist; the message describes the expected layout.
+    """
+    expanded = os.path.expanduser(os.path.expandvars(root))
+    path = Path(expanded)
+    if "$" in expanded or not path.is_dir():
+        # expandvars leaves unknown variables as they are, so a "$" left over means one is unset.
+        unset = "; an environment variable in it is not set" if "$" in expanded else ""
+        raise DataError(
+            f"{dataset}: data root {expanded} is not a directory{unset}",
+            where=f"[data.dataset] root = {root!r}",
+            fix=f"download the dataset yourself (dmlplug never downloads) and point root at it, e.g. "
+            f"root = \"${{{DATA_ENV}}}/...\" with {DATA_ENV} set to your data folder. Expected layout:\n"
+            + layout,
+        )
+    return path
+
+
+def missing_file_error(dataset: str, expected: Path, layout: str, *, root: Path) -> DataError:
+    """The error for an annotation file that is not where the layout puts it."""
+    return DataError(
+        f"{dataset}: expected file {expected} is missing",
+        where=f"[data.dataset] root = {str(root)!r}",
+        fix="point root at the extracted dataset (or set the layout option); expected layout:\n" + layout,
+    )
+
+
+def read_lines(path: Path) -> list[list[str]]:
+    """Whitespace-split, non-empty lines of a text annotation file."""
+    with open(path, encoding="utf-8") as handle:
+        return [line.split() for line in handle if line.strip()]
+
+
+def assemble_bundle(
+    dataset: str,
+    params: FileDatasetParams,
+    train: Any,
+    test: Any,
+    *,
+    root: Path,
+    layout: str,
+    expected: dict[str, int] | None = None,
+    info: dict[str, Any] | None = None,
+    val: Any = None,
+    test_query_mask: Any = None,
+    test_gallery_mask: Any = None,
+) -> Any:
+    """Carve the validation split, compare counts with the standard ones, and build the bundle.
+
+    Args:
+        dataset: Registered dataset name, for messages.
+        params: The loader's parameters (validation options).
+        train: Training source (before the validation carve).
+        test: Test source.
+        root: Resolved data root.
+        layout: Name of the detected layout, recorded in ``info``.
+        expected: Standard counts (keys ``train_images``, ``train_classes``, ``test_images``,
+            ``test_classes``); a difference is logged as a warning, never an error, because partial
+            copies are legitimate for experiments (but results are then not comparable to papers).
+        info: Extra facts for ``bundle.info``.
+        val: A validation split the dataset defines itself; then none is carved.
+        test_query_mask: Optional query flags over ``test``.
+        test_gallery_mask: Optional gallery flags over ``test``.
+    """
+    from dmlplug.data import DatasetBundle
+    from dmlplug.data.splits import carve_validation
+
+    counts = {
+        "train_images": len(train), "train_classes": train.num_classes,
+        "test_images": len(test), "test_classes": test.num_classes,
+    }
+    standard = None
+    if expected is not None:
+        differ = {k: (counts[k], v) for k, v in expected.items() if counts[k] != v}
+        standard = not differ
+        if differ:
+            found = ", ".join(f"{k} {got} (standard {want})" for k, (got, want) in differ.items())
+            log.warning("%s at %s differs from the standard split: %s; results will not be comparable "
+                        "to published numbers", dataset, root, found)
+    if val is None:
+        train, val = carve_validation(train, params.val_classes, strategy=params.val_strategy,
+                                      seed=params.val_seed)
+    if val is not None:
+        counts.update(train_images=len(train), train_classes=train.num_classes,
+                      val_images=len(val), val_classes=val.num_classes)
+    return DatasetBundle(
+        train=train,
+        test=test,
+        val=val,
+        test_query_mask=test_query_mask,
+        test_gallery_mask=test_gallery_mask,
+        default_augment="dml",
+        info={"dataset": dataset, "root": str(root), "layout": layout, **counts,
+              "standard_split": standard, **(info or {})},
+    )
