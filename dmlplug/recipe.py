@@ -366,6 +366,10 @@ def _check_unique_names(specs: dict[str, ComponentSpec], where: str) -> None:
             seen[spec.name] = path
 
 
+#: Section names used in ``requires`` -> component paths of the recipe.
+_REQUIREMENT_SECTIONS = {"dataset": "data.dataset", "sampler": "data.sampler"}
+
+
 def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
     """Reject component combinations that cannot work, before anything is built.
 
@@ -386,13 +390,15 @@ def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
             if ":" not in requirement:
                 continue  # engine services (views, feature map, EMA) are provided by the engine
             section, tag = requirement.split(":", 1)
-            other = recipe.component(section)
+            other_path = _REQUIREMENT_SECTIONS.get(section, section)
+            other = recipe.component(other_path)
             if other is None or tag not in other.info.tags:
                 have = f"{section} {other.name!r}" if other is not None else f"no [{section}]"
+                kind = singular(spec.info.kind)
                 raise RecipeError(
-                    f"{singular(spec.info.kind)} {spec.name!r} needs a {section} with {tag!r}, but the recipe has {have}",
+                    f"{kind} {spec.name!r} needs a {section} with {tag!r}, but the recipe has {have}",
                     where=f"{where}: {path}",
-                    fix=f"choose a {section} tagged {tag!r} (see `dmlplug list {SECTION_KIND.get(section, section)}`)",
+                    fix=f"choose a {section} tagged {tag!r} (see `dmlplug list {SECTION_KIND.get(other_path, section)}`)",
                 )
 
 

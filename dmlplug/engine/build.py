@@ -70,6 +70,9 @@ def build_components(recipe: ValidatedRecipe, ctx: BuildContext) -> Components:
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
     ctx.batch_size = r.data.batch_size
+    super_labels = (getattr(dataset.train, "attributes", None) or {}).get("super_labels")
+    if super_labels is not None:  # hierarchical samplers group classes by super-class
+        ctx.extras["train_super_labels"] = super_labels
     ctx.epochs = r.run.epochs
     sampler = build_component(recipe.components["data.sampler"], ctx)
     ctx.steps_per_epoch = len(sampler)

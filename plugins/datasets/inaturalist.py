@@ -149,5 +149,5 @@ def _source(paths, categories, catalogue: _Catalogue, split: str, root, params: 
 
 def register_into(register) -> None:
     """Register the iNaturalist-2018 loader."""
-    register(NAME, build_inaturalist, params=INaturalistParams, aliases=("inat2018",),
+    register(NAME, build_inaturalist, params=INaturalistParams, aliases=("inat2018",), tags=("super_labels",),
              description="iNaturalist-2018 from its JSON annotations with class-disjoint train/test lists.")

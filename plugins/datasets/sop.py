@@ -115,5 +115,5 @@ def _source(rows, image_dir, split: str, params: SopParams):
 
 def register_into(register) -> None:
     """Register the Stanford Online Products loader."""
-    register(NAME, build_sop, params=SopParams, aliases=("stanford_online_products",),
+    register(NAME, build_sop, params=SopParams, aliases=("stanford_online_products",), tags=("super_labels",),
              description="Stanford Online Products from disk; Ebay_train/Ebay_test split, super-class labels.")
