@@ -398,7 +398,8 @@ def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
                 raise RecipeError(
                     f"{kind} {spec.name!r} needs a {section} with {tag!r}, but the recipe has {have}",
                     where=f"{where}: {path}",
-                    fix=f"choose a {section} tagged {tag!r} (see `dmlplug list {SECTION_KIND.get(other_path, section)}`)",
+                    fix=f"choose a {section} tagged {tag!r} "
+                    f"(see `dmlplug list {SECTION_KIND.get(other_path, section)}`)",
                 )
 
 

@@ -19,6 +19,10 @@ solved there, in ``(n_a + n_b)``-space, still exactly (see :func:`frechet_distan
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
 from dmlplug.errors import DataError
@@ -131,15 +135,42 @@ def _trace_sqrt_in_span(centred_a: np.ndarray, centred_b: np.ndarray, eps: float
     n_a, dim = centred_a.shape
     n_b = centred_b.shape[0]
     stacked = np.concatenate([centred_a, centred_b], axis=0)  # m×dim, m = n_a + n_b < dim
-    # stackedᵀ = Q R with orthonormal Q (dim×m), so centred_a @ Q = R[:, :n_a]ᵀ: Q itself is never formed.
-    r = np.linalg.qr(stacked.T, mode="r")
-    span = r.shape[0]
-    coords_a, coords_b = r[:, :n_a], r[:, n_a:]
-    offset = eps * np.eye(span)
-    small_a = (coords_a @ coords_a.T) / (n_a - 1) + offset
-    small_b = (coords_b @ coords_b.T) / (n_b - 1) + offset
+    with _single_blas_thread():
+        # stackedᵀ = Q R with orthonormal Q (dim×m), so centred_a @ Q = R[:, :n_a]ᵀ: Q is never formed.
+        r = np.linalg.qr(stacked.T, mode="r")
+        span = r.shape[0]
+        coords_a, coords_b = r[:, :n_a], r[:, n_a:]
+        offset = eps * np.eye(span)
+        small_a = (coords_a @ coords_a.T) / (n_a - 1) + offset
+        small_b = (coords_b @ coords_b.T) / (n_b - 1) + offset
+        root = trace_sqrt_product(small_a, small_b)
     # Outside the span both regularised covariances are eps*I: their product's square root adds eps per axis.
-    return trace_sqrt_product(small_a, small_b) + (dim - span) * eps
+    return root + (dim - span) * eps
+
+
+@contextlib.contextmanager
+def _single_blas_thread() -> Iterator[None]:
+    """Run small LAPACK work (the span route, ~2048×200 and 200×200) on one BLAS thread.
+
+    Threads gain nothing at these sizes, and on a machine whose cores are busy OpenBLAS's spinning threads
+    make the QR factorisation ~100× slower (seconds instead of ~10 ms). The limit is process-wide while it
+    lasts, which is why it wraps only this short computation.
+    """
+    global _BLAS_CONTROLLER
+    try:
+        if _BLAS_CONTROLLER is None:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS_CONTROLLER = ThreadpoolController()
+        limiter = _BLAS_CONTROLLER.limit(limits=1, user_api="blas")
+    except ImportError:  # threadpoolctl comes with scikit-learn; without it, just run threaded
+        yield
+        return
+    with limiter:
+        yield
+
+
+_BLAS_CONTROLLER: Any = None
 
 
 def _feature_matrix(features: np.ndarray, name: str) -> np.ndarray:
