@@ -53,7 +53,8 @@ def render() -> str:
     ]
     parts = [HEADER]
     for title, model in sections:
-        parts.append(f"\n## {title}\n\n{(model.__doc__ or '').strip()}\n\n| key | default | description |\n|---|---|---|\n")
+        doc = (model.__doc__ or "").strip()
+        parts.append(f"\n## {title}\n\n{doc}\n\n| key | default | description |\n|---|---|---|\n")
         for name, field in model.model_fields.items():
             parts.append(f"| `{name}` | {_default(field)} | {field.description or ''} |\n")
     return "".join(parts)
