@@ -1,0 +1,150 @@
+"""dmlplug's exact kNN metrics vs pytorch-metric-learning's AccuracyCalculator: time, peak memory, values.
+
+Each measurement runs in a fresh subprocess on the same saved embeddings, so the peak resident set size
+(``ru_maxrss``) of one library is not inflated by the other. Both compute precision_at_1 (= recall@1),
+mean_average_precision_at_r and r_precision with the exact search of their default backend
+(PML: k="max_bin_count"; dmlplug: backend "auto").
+
+Usage::
+
+    python benchmarks/eval_speed.py                    # cub, sop128, sop512, gallery1m
+    python benchmarks/eval_speed.py --sets sop128      # one set
+    python benchmarks/eval_speed.py --sets gallery1m --budget-mb 512
+
+The ``gallery1m`` set is a query/gallery evaluation (2,000 queries, 1,000,000 gallery items, D=128)
+run by dmlplug only, within the given memory budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: name -> (items, dim, min class size, max class size, queries (0 = leave-one-out), noise)
+SETS = {
+    "cub": (6000, 512, 25, 35, 0, 2.5),
+    "sop128": (60000, 128, 2, 8, 0, 1.5),
+    "sop512": (60000, 512, 2, 8, 0, 1.5),
+    "gallery1m": (1_000_000, 128, 2, 8, 2000, 1.5),
+}
+
+PML_KEYS = {"precision_at_1": "recall@1", "mean_average_precision_at_r": "map@r", "r_precision": "r_precision"}
+
+
+def make_set(n: int, dim: int, lo: int, hi: int, noise: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Clustered unit vectors: class centres plus noise, class sizes uniform in [lo, hi]."""
+    rng = np.random.default_rng(seed)
+    sizes = []
+    while sum(sizes) < n:
+        sizes.append(int(rng.integers(lo, hi + 1)))
+    sizes[-1] -= sum(sizes) - n
+    if sizes[-1] < 1:
+        sizes.pop()
+    labels = np.repeat(np.arange(len(sizes), dtype=np.int64) * 7919 + 2**25, sizes)  # ids above 2**24
+    centres = rng.standard_normal((len(sizes), dim), dtype=np.float32)
+    x = np.repeat(centres, sizes, axis=0)
+    x += rng.standard_normal(x.shape, dtype=np.float32) * np.float32(noise)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    perm = rng.permutation(n)
+    return np.ascontiguousarray(x[perm]), labels[perm]
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict:
+    x = np.load(data / "x.npy")
+    y = np.load(data / "y.npy")
+    if kind == "pml":
+        import torch
+        from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+        base = peak_rss_mb()
+        calc = AccuracyCalculator(include=tuple(PML_KEYS), k="max_bin_count", device=torch.device("cpu"))
+        t0 = time.perf_counter()
+        raw = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(y))
+        elapsed = time.perf_counter() - t0
+        values = {PML_KEYS[k]: float(v) for k, v in raw.items()}
+        backend = "faiss (PML)"
+    else:
+        import faiss  # noqa: F401  (imported before the baseline, as PML imports them)
+        import torch  # noqa: F401
+
+        from dmlplug.evaluation import EvalContext, run_evaluators
+        from dmlplug.evaluation.retrieval import RetrievalEvaluator
+
+        options = {}
+        if queries:
+            q = np.zeros(len(x), dtype=bool)
+            q[:queries] = True
+            options = {"query_mask": q, "gallery_mask": ~q}
+        base = peak_rss_mb()
+        t0 = time.perf_counter()
+        ctx = EvalContext(x, y, memory_budget_mb=budget_mb, **options)
+        evaluator = RetrievalEvaluator([("recall", 1), ("map_r", None), ("r_precision", None)])
+        values = run_evaluators([evaluator], ctx)
+        elapsed = time.perf_counter() - t0
+        backend = ctx.backend_used
+        values["reranked_queries"] = float(ctx.search_stats.reranked)
+    return {"kind": kind, "seconds": elapsed, "peak_rss_mb": peak_rss_mb(), "baseline_rss_mb": base,
+            "values": values, "backend": backend}
+
+
+def run_worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, "--data", str(data), "--queries", str(queries)]
+    if budget_mb is not None:
+        cmd += ["--budget-mb", str(budget_mb)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="cub,sop128,sop512,gallery1m")
+    parser.add_argument("--budget-mb", type=float, default=None)
+    parser.add_argument("--worker", choices=["pml", "dmlplug"])
+    parser.add_argument("--data")
+    parser.add_argument("--queries", type=int, default=0)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, Path(args.data), args.queries, args.budget_mb)))
+        return
+    print(f"threads: torch/faiss use the {os.cpu_count()} visible cores")
+    for name in args.sets.split(","):
+        n, dim, lo, hi, queries, noise = SETS[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            x, y = make_set(n, dim, lo, hi, noise)
+            np.save(Path(tmp) / "x.npy", x)
+            np.save(Path(tmp) / "y.npy", y)
+            del x
+            ours = run_worker("dmlplug", Path(tmp), queries, args.budget_mb)
+            theirs = None if queries else run_worker("pml", Path(tmp), queries, args.budget_mb)
+        print(f"\n== {name}: N={n} D={dim} class sizes {lo}-{hi}" + (f", {queries} queries" if queries else ""))
+        for r in (ours, theirs):
+            if r is None:
+                continue
+            print(f"  {r['kind']:8s} {r['seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MiB "
+                  f"(after imports+data {r['baseline_rss_mb']:.0f})  backend {r['backend']}  "
+                  + "  ".join(f"{k}={v:.6f}" for k, v in r["values"].items()))
+        if theirs is not None:
+            same = all(abs(ours["values"][k] - theirs["values"][k]) < 1e-9 for k in PML_KEYS.values())
+            extra_ours = ours["peak_rss_mb"] - ours["baseline_rss_mb"]
+            extra_theirs = max(1.0, theirs["peak_rss_mb"] - theirs["baseline_rss_mb"])
+            print(f"  ratio dmlplug/PML: time {ours['seconds'] / theirs['seconds']:.2f}x, "
+                  f"peak RSS {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x, "
+                  f"RSS growth during the evaluation {extra_ours / extra_theirs:.2f}x, identical values: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Retrieval metrics from the shared kNN graph: recall@k, MAP@R, R-precision, mAP@k and mAP@C.
+
+All metrics are per-query values averaged over the kept (non-lone) queries, or per class first
+(``average="classes"``, PML's ``avg_of_avgs``). Notation: ``rel_i`` is the relevance of the i-th
+neighbour, ``P(i)`` the precision among the first i, ``R`` the number of relevant gallery items.
+
+* ``recall@k``: 1 when a relevant item is among the first k.
+* ``map@r``: ``Σ_{i≤R} P(i)·rel_i / R``; ``r_precision``: ``Σ_{i≤R} rel_i / R``.
+* ``map@K`` (standard, = PML ``mean_average_precision`` with k=K): ``Σ_{i≤K} P(i)·rel_i / R``;
+  ``map@K_revisiting`` divides by ``R+1`` (class size including the query) as the Revisiting-DML code does.
+* ``map@c`` / ``map@c_revisiting``: the same with the cut-off ``R+1`` (the class size).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dmlplug.evaluation.context import EvalContext
+
+_ROW_BLOCK_ELEMENTS = 4_000_000  # rows × k elements handled per block (float64 cumsum)
+
+
+def per_query_metrics(ctx: EvalContext, specs: Sequence[tuple[str, Any]]) -> dict[str, np.ndarray]:
+    """Compute per-query values (rows follow ``ctx.knn_queries``) for metric specs, cached in ``ctx``.
+
+    Args:
+        ctx: The evaluation context.
+        specs: ``(kind, arg)`` pairs: ``("recall", k)``, ``("map_r", None)``, ``("r_precision", None)``,
+            ``("map_k", (k, "standard"|"revisiting"))``, ``("map_c", "standard"|"revisiting")``.
+
+    Returns:
+        One float64 array per spec, keyed by :func:`spec_key`.
+    """
+    todo = [s for s in specs if ("per_query", s) not in ctx.cache]
+    if todo:
+        for s in todo:
+            ctx.request_k(_spec_k(ctx, s))
+        hits = ctx.hits()
+        relevant = ctx.relevant[ctx.knn_queries].astype(np.float64)
+        out = {s: np.empty(len(relevant)) for s in todo}
+        width = hits.shape[1]
+        block = max(1, _ROW_BLOCK_ELEMENTS // max(1, width))
+        ranks = np.arange(1, width + 1, dtype=np.float64)
+        for start in range(0, len(relevant), block):
+            h = hits[start:start + block]
+            r = relevant[start:start + block]
+            hf = h.astype(np.float64)
+            precision_hits = np.cumsum(hf, axis=1) / ranks * hf  # P(i)·rel_i
+            for spec in todo:
+                out[spec][start:start + block] = _evaluate_spec(spec, h, hf, precision_hits, r, ranks)
+        for spec, values in out.items():
+            ctx.cache[("per_query", spec)] = values
+    return {spec_key(s): ctx.cache[("per_query", s)] for s in specs}
+
+
+def _spec_k(ctx: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:
+    """Exact neighbours a metric needs: one int, or one per kept query (R_q for MAP@R)."""
+    kind, arg = spec
+    if kind == "recall":
+        return int(arg)
+    if kind in ("map_r", "r_precision"):
+        return ctx.relevant[ctx.knn_queries]
+    if kind == "map_k":
+        return int(arg[0])
+    if kind == "map_c":
+        return ctx.relevant[ctx.knn_queries] + 1
+    raise ValueError(f"unknown retrieval metric {kind!r}")
+
+
+def _evaluate_spec(spec, h, hf, precision_hits, r, ranks) -> np.ndarray:
+    kind, arg = spec
+    if kind == "recall":
+        return h[:, : int(arg)].any(1).astype(np.float64)
+    if kind in ("map_r", "r_precision"):
+        within = ranks[None, :] <= r[:, None]
+        src = precision_hits if kind == "map_r" else hf
+        return (src * within).sum(1) / r
+    if kind == "map_k":
+        k, norm = arg
+        total = precision_hits[:, : int(k)].sum(1)
+        return total / (r if norm == "standard" else r + 1)
+    if kind == "map_c":
+        within = ranks[None, :] <= (r + 1)[:, None]
+        total = (precision_hits * within).sum(1)
+        return total / (r if arg == "standard" else r + 1)
+    raise ValueError(f"unknown retrieval metric {kind!r}")
+
+
+def spec_key(spec: tuple[str, Any]) -> str:
+    """The metric name of a spec (``recall@4``, ``map@r``, ``map@1000_revisiting`` ...)."""
+    kind, arg = spec
+    if kind == "recall":
+        return f"recall@{int(arg)}"
+    if kind == "map_r":
+        return "map@r"
+    if kind == "r_precision":
+        return "r_precision"
+    if kind == "map_k":
+        k, norm = arg
+        return f"map@{int(k)}" + ("" if norm == "standard" else "_revisiting")
+    if kind == "map_c":
+        return "map@c" + ("" if arg == "standard" else "_revisiting")
+    raise ValueError(f"unknown retrieval metric {kind!r}")
+
+
+class RetrievalEvaluator:
+    """Evaluator for a fixed list of retrieval metric specs (shared by every retrieval plugin).
+
+    Args:
+        specs: Metric specs (see :func:`per_query_metrics`).
+        average: ``"queries"`` (mean over kept queries) or ``"classes"`` (mean of per-class means).
+        per_class: Write a per-class CSV of every metric with :meth:`write_artifacts`.
+        name: Evaluator name, used in artifact file names.
+    """
+
+    def __init__(self, specs: Sequence[tuple[str, Any]], *, average: str = "queries",
+                 per_class: bool = False, name: str = "retrieval"):
+        self.specs = list(specs)
+        self.average = average
+        self.per_class = per_class
+        self.name = name
+
+    def required_k(self, ctx: EvalContext) -> np.ndarray:
+        """Neighbours this evaluator needs per kept query, so the shared graph is searched only once."""
+        need = np.zeros(len(ctx.knn_queries), dtype=np.int64)
+        for spec in self.specs:
+            need = np.maximum(need, _spec_k(ctx, spec))
+        return need
+
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        """Averaged metric values; NaN when no query has a relevant gallery item."""
+        if len(ctx.knn_queries) == 0:
+            return {spec_key(s): float("nan") for s in self.specs}
+        values = per_query_metrics(ctx, self.specs)
+        if self.average == "classes":
+            return {key: float(np.mean(list(ctx.per_class_mean(v).values()))) for key, v in values.items()}
+        return {key: float(v.mean()) for key, v in values.items()}
+
+    def write_artifacts(self, ctx: EvalContext, directory: Path) -> list[Path]:
+        """Per-class CSV (``<name>_per_class.csv``: class, queries, one column per metric) when asked."""
+        if not self.per_class or len(ctx.knn_queries) == 0:
+            return []
+        values = per_query_metrics(ctx, self.specs)
+        per_class = {key: ctx.per_class_mean(v) for key, v in values.items()}
+        labels = ctx.query_labels[ctx.knn_queries]
+        classes, counts = np.unique(labels, return_counts=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.name}_per_class.csv"
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["class", "queries", *per_class])
+            for c, n in zip(classes, counts, strict=False):
+                writer.writerow([int(c), int(n), *(f"{per_class[k][int(c)]:.6f}" for k in per_class)])
+        return [path]

@@ -1,0 +1,69 @@
+"""Run several evaluators on one context and merge their metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dmlplug.errors import ComponentError
+from dmlplug.evaluation.context import EvalContext
+
+#: Key under which the number of lone queries is reported whenever a kNN metric was computed.
+EXCLUDED_KEY = "excluded_queries"
+
+
+def run_evaluators(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, float]:
+    """Evaluate every evaluator on ``ctx`` and merge their metric dicts.
+
+    Evaluators that define ``required_k(ctx)`` are asked first, so the kNN graph is searched once with
+    the largest k any of them needs. When any metric used the kNN graph, the number of lone queries left
+    out of the kNN metrics is added as ``excluded_queries`` (also when it is 0).
+
+    Raises:
+        ComponentError: Two evaluators produce the same metric name.
+    """
+    evaluators = list(evaluators)
+    for evaluator in evaluators:
+        required = getattr(evaluator, "required_k", None)
+        if required is not None:
+            ctx.request_k(required(ctx))
+    metrics: dict[str, float] = {}
+    owner: dict[str, str] = {}
+    for evaluator in evaluators:
+        name = getattr(evaluator, "name", type(evaluator).__name__)
+        for key, value in evaluator.evaluate(ctx).items():
+            if key in metrics:
+                raise ComponentError(
+                    f"metric {key!r} is produced by two evaluators ({owner[key]!r} and {name!r})",
+                    where="evaluators",
+                    fix="remove one of them, or give them parameters that produce different metrics",
+                )
+            metrics[key] = float(value)
+            owner[key] = name
+    if ctx.knn_used:
+        if EXCLUDED_KEY in metrics:
+            raise ComponentError(f"an evaluator produces the reserved metric name {EXCLUDED_KEY!r}",
+                                 where=f"evaluator {owner[EXCLUDED_KEY]!r}", fix="rename that metric")
+        metrics[EXCLUDED_KEY] = float(ctx.excluded_queries)
+    return metrics
+
+
+def write_all_artifacts(evaluators: Iterable[Any], ctx: EvalContext, directory: Path) -> list[Path]:
+    """Call ``write_artifacts(ctx, directory)`` on every evaluator that has it; returns the files written."""
+    written: list[Path] = []
+    for evaluator in evaluators:
+        write = getattr(evaluator, "write_artifacts", None)
+        if write is not None:
+            written.extend(write(ctx, Path(directory)))
+    return written
+
+
+def collect_figures(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, Any]:
+    """Merge the ``figures(ctx)`` dicts of the evaluators that have one (for the TensorBoard logger)."""
+    figures: dict[str, Any] = {}
+    for evaluator in evaluators:
+        make = getattr(evaluator, "figures", None)
+        if make is not None:
+            figures.update(make(ctx))
+    return figures
