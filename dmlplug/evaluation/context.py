@@ -107,8 +107,8 @@ class EvalContext:
         return x[index]
 
     def _rows(self, index: np.ndarray) -> Any:
-        if len(index) == len(self.labels) and self.leave_one_out:
-            return self.embeddings  # no copy in leave-one-out mode
+        if len(index) and index[-1] - index[0] + 1 == len(index):
+            return self.embeddings[int(index[0]):int(index[-1]) + 1]  # a block of rows: a view, no copy
         if isinstance(self.embeddings, np.ndarray):
             return np.ascontiguousarray(self.embeddings[index])
         import torch

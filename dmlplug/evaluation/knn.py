@@ -295,7 +295,8 @@ def _search_chunk(job: _Job, rows: np.ndarray, slack: int) -> None:
 def _exact_pair_sq_dist(job: _Job, query_rows: np.ndarray, gallery_pos: np.ndarray) -> np.ndarray:
     """Float64 ``Σ(q−g)²`` for (query row, gallery position) pairs, in blocks within the budget."""
     out = np.empty(len(query_rows))
-    step = max(1, job.budget_bytes // max(1, 24 * int(job.gallery.shape[1])))
+    # Larger blocks do not run faster: cap them at 64 MiB whatever the budget.
+    step = max(1, min(job.budget_bytes, 64 << 20) // max(1, 24 * int(job.gallery.shape[1])))
     for start in range(0, len(query_rows), step):
         sl = slice(start, start + step)
         out[sl] = _exact_sq_dist(job.queries, job.gallery, query_rows[sl], gallery_pos[sl, None])[:, 0]

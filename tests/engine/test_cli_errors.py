@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import TINY_RECIPE, run_cli
+from e2e import TINY_RECIPE, run_cli
 
 
 def assert_clean_failure(proc, *needles):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import tomllib
-from conftest import ROOT, run_cli
+from e2e import ROOT, run_cli
 
 import dmlplug
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT, TINY_RECIPE, run_cli
+from e2e import ROOT, TINY_RECIPE, run_cli
 
 
 def test_example_plugin_installs_lists_and_trains(tmp_path):

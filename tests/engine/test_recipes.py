@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import ROOT, run_cli
+from e2e import ROOT, run_cli
 
 import dmlplug
 

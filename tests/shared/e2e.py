@@ -1,0 +1,47 @@
+"""Helpers shared by end-to-end tests: repository root, a seconds-long recipe, a CLI runner."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY_RECIPE = """
+[run]
+name = "tiny"
+epochs = 1
+[data]
+batch_size = 32
+eval_batch_size = 256
+image_size = 32
+[data.dataset]
+name = "glyphs"
+num_classes = 40
+images_per_class = 8
+[data.sampler]
+name = "m_per_class"
+m = 4
+[backbone]
+name = "timm"
+model = "resnet10t"
+[head]
+name = "linear"
+embedding_size = 16
+[loss]
+name = "multi_similarity"
+[optimizer]
+lr = 1e-3
+[[evaluators]]
+name = "recall"
+k = [1, 2]
+[[loggers]]
+name = "console"
+"""
+
+
+def run_cli(*args, env=None, cwd=None):
+    """Run `python -m dmlplug ARGS` and return the CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "dmlplug", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=600)
