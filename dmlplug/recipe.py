@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
 from pydantic import Field, ValidationError, model_validator
 
 from dmlplug.errors import ComponentError, RecipeError, did_you_mean

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 
 from dmlplug.errors import ComponentError, DataError, RecipeError
 from dmlplug.evaluation.context import EvalContext

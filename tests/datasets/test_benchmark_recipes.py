@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

@@ -1,9 +1,9 @@
 """Whole runs through the CLI and the Python API, on the embedded glyph dataset."""
 
 import json
+import tomllib
 
 import pytest
-import tomllib
 from e2e import ROOT, run_cli
 
 import dmlplug
