@@ -133,6 +133,20 @@ class RhoDistanceMiner(DistanceWeightedMiner):
         return anchors, positives, negatives
 
 
+def _anchors_with_both(embeddings: torch.Tensor, labels: torch.Tensor):
+    """Anchors that have a positive and a negative in the batch, with label masks and their distance rows.
+
+    Returns ``None`` when no anchor qualifies, else ``(anchors, positive, negative, distances)`` where the
+    masks are full ``B×B`` and ``distances`` holds the anchors' rows only.
+    """
+    labels = labels.to(embeddings.device)
+    positive, negative = _label_masks(labels)
+    anchors = torch.nonzero(positive.any(1) & negative.any(1)).squeeze(1)
+    if len(anchors) == 0:
+        return None
+    return anchors, positive, negative, pairwise_distances(embeddings)[anchors]
+
+
 class SemihardMiner(torch.nn.Module):
     """Revisiting semi-hard mining (METHODS §8.3).
 
@@ -149,12 +163,10 @@ class SemihardMiner(torch.nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One semi-hard triplet per anchor that has a positive and a negative."""
-        labels = labels.to(embeddings.device)
-        positive, negative = _label_masks(labels)
-        anchors = torch.nonzero(positive.any(1) & negative.any(1)).squeeze(1)
-        if len(anchors) == 0:
+        found = _anchors_with_both(embeddings, labels)
+        if found is None:
             return _empty_triplets(embeddings.device)
-        distances = pairwise_distances(embeddings)[anchors]
+        anchors, positive, negative, distances = found
         positives = _uniform_choice(positive[anchors])
         d_ap = distances.gather(1, positives[:, None])
         band = negative[anchors] & (distances > d_ap) & (distances < d_ap + self.margin)
@@ -172,12 +184,10 @@ class SofthardMiner(torch.nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One soft-hard triplet per anchor that has a positive and a negative."""
-        labels = labels.to(embeddings.device)
-        positive, negative = _label_masks(labels)
-        anchors = torch.nonzero(positive.any(1) & negative.any(1)).squeeze(1)
-        if len(anchors) == 0:
+        found = _anchors_with_both(embeddings, labels)
+        if found is None:
             return _empty_triplets(embeddings.device)
-        distances = pairwise_distances(embeddings)[anchors]
+        anchors, positive, negative, distances = found
         pos, neg = positive[anchors], negative[anchors]
         farthest_positive = distances.masked_fill(~pos, float("-inf")).max(1, keepdim=True).values
         closest_negative = distances.masked_fill(~neg, float("inf")).min(1, keepdim=True).values
