@@ -1,10 +1,13 @@
 """Docs that are generated or quoted must match the code."""
 
+import importlib
 import inspect
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,14 +22,18 @@ def test_every_hook_is_documented_with_an_example():
         assert "Args:" in doc and "Example::" in doc, f"{func.__name__} lacks Args/Example in its docstring"
 
 
-def test_hooks_reference_is_fresh():
+GENERATED = [("generate_hooks", "hooks.md"), ("generate_recipes", "recipes.md")]
+
+
+@pytest.mark.parametrize(("generator", "document"), GENERATED)
+def test_generated_reference_is_fresh(generator, document):
     sys.path.insert(0, str(ROOT / "docs"))
     try:
-        import generate_hooks
+        module = importlib.import_module(generator)
     finally:
         sys.path.pop(0)
-    assert (ROOT / "docs" / "hooks.md").read_text() == generate_hooks.render(), (
-        "docs/hooks.md is stale: run `python docs/generate_hooks.py`")
+    assert (ROOT / "docs" / document).read_text() == module.render(), (
+        f"docs/{document} is stale: run `python docs/{generator}.py`")
 
 
 def test_ci_runs_the_readme_test_command():
@@ -59,13 +66,3 @@ def test_cli_help_lists_core_commands():
     out = subprocess.run([sys.executable, "-m", "dmlplug", "--help"], capture_output=True, text=True, check=True)
     for command in ("run", "validate", "plugins", "list"):
         assert command in out.stdout
-
-
-def test_recipe_reference_is_fresh():
-    sys.path.insert(0, str(ROOT / "docs"))
-    try:
-        import generate_recipes
-    finally:
-        sys.path.pop(0)
-    assert (ROOT / "docs" / "recipes.md").read_text() == generate_recipes.render(), (
-        "docs/recipes.md is stale: run `python docs/generate_recipes.py`")
