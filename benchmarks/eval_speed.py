@@ -3,7 +3,8 @@
 Each measurement runs in a fresh subprocess on the same saved embeddings, so the peak resident set size
 (``ru_maxrss``) of one library is not inflated by the other. Both compute precision_at_1 (= recall@1),
 mean_average_precision_at_r and r_precision with the exact search of their default backend
-(PML: k="max_bin_count"; dmlplug: backend "auto").
+(PML: k="max_bin_count"; dmlplug: backend "auto"). A third process times one bare ``faiss.knn`` call with
+PML's k and no metrics: the brute-force floor that any exact evaluation on this machine pays.
 
 Usage::
 
@@ -66,7 +67,17 @@ def peak_rss_mb() -> float:
 def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict:
     x = np.load(data / "x.npy")
     y = np.load(data / "y.npy")
-    if kind == "pml":
+    if kind == "faiss":
+        import faiss
+
+        # The floor: one bare exact search with PML's k (largest class size + 1), no metrics at all.
+        k = int(np.unique(y, return_counts=True)[1].max()) + 1
+        base = peak_rss_mb()
+        t0 = time.perf_counter()
+        faiss.knn(x, x, k)
+        elapsed = time.perf_counter() - t0
+        values, backend = {}, f"faiss.knn k={k}"
+    elif kind == "pml":
         import torch
         from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
@@ -113,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="cub,sop128,sop512,gallery1m")
     parser.add_argument("--budget-mb", type=float, default=None)
-    parser.add_argument("--worker", choices=["pml", "dmlplug"])
+    parser.add_argument("--worker", choices=["pml", "dmlplug", "faiss"])
     parser.add_argument("--data")
     parser.add_argument("--queries", type=int, default=0)
     args = parser.parse_args()
@@ -130,8 +141,9 @@ def main() -> None:
             del x
             ours = run_worker("dmlplug", Path(tmp), queries, args.budget_mb)
             theirs = None if queries else run_worker("pml", Path(tmp), queries, args.budget_mb)
+            floor = None if queries else run_worker("faiss", Path(tmp), queries, args.budget_mb)
         print(f"\n== {name}: N={n} D={dim} class sizes {lo}-{hi}" + (f", {queries} queries" if queries else ""))
-        for r in (ours, theirs):
+        for r in (ours, theirs, floor):
             if r is None:
                 continue
             print(f"  {r['kind']:8s} {r['seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MiB "
@@ -144,6 +156,8 @@ def main() -> None:
             print(f"  ratio dmlplug/PML: time {ours['seconds'] / theirs['seconds']:.2f}x, "
                   f"peak RSS {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x, "
                   f"RSS growth during the evaluation {extra_ours / extra_theirs:.2f}x, identical values: {same}")
+            print(f"  a bare faiss search alone takes {floor['seconds'] / theirs['seconds']:.2f}x PML's time "
+                  f"(dmlplug is {ours['seconds'] / floor['seconds']:.2f}x that floor)")
 
 
 if __name__ == "__main__":
