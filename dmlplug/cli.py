@@ -45,11 +45,20 @@ def cmd_run(
     out: Annotated[Path | None, typer.Option("--out", help="Exact run directory (must be new or empty).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto, cpu or cuda (overrides run.device).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, log lines only.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue a run from its last checkpoint: the run directory given as RECIPE or --out, "
+        "else the latest run of the recipe.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --resume: continue even though the recipe changed (recorded in resume.jsonl).")]
+    = False,
 ) -> None:
-    """Validate a recipe, then train and evaluate it; results go to a new run directory."""
+    """Validate a recipe, then train and evaluate it; results go to a new run directory.
+
+    RECIPE may also be an existing run directory, which is then continued (as with --resume).
+    """
     from dmlplug.engine.run import run_recipe
 
-    result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet)
+    result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet, resume=resume, force=force)
     summary = {"run_dir": str(result.directory), "initial": result.initial_metrics, "final": result.metrics}
     typer.echo(json.dumps(summary, indent=2))
 
@@ -107,6 +116,47 @@ def cmd_list(
                     typer.echo(f"      {field_name} = {default}  -- {field.description or ''}")
 
 
+def cmd_report(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories, or folders that contain runs.",
+                                               show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", help="Write the Markdown report here (figures in "
+                                             "<stem>_figures/, table also as <stem>.csv).")] = None,
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the table as CSV here.")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Metric to show (repeatable; "
+                                                     "default: those every run reports).")] = None,
+) -> None:
+    """Compare runs: final and best metrics (mean ± std over seeds), learning curves, metric vs FID."""
+    from dmlplug.report import write_report
+
+    _, text = write_report(runs, out, csv_path=csv_path, metrics=metric or None)
+    typer.echo(text if out is None else f"report written to {out}")
+
+
+def cmd_doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """Check the installation: torch, CUDA and GPUs, faiss flavour, loggers' packages, plugins and load errors."""
+    from dmlplug.doctor import as_json as checks_json
+    from dmlplug.doctor import diagnose, render
+
+    checks = diagnose()
+    typer.echo(json.dumps(checks_json(checks), indent=2) if as_json else render(checks))
+    if any(c.status == "fail" for c in checks):
+        sys.exit(1)  # typer.Exit would be swallowed: main() runs the app with standalone_mode=False
+
+
+def cmd_plugin_new(
+    name: Annotated[str, typer.Argument(help="Plugin name, e.g. my-loss (gives dmlplug-my-loss / dmlplug_my_loss).",
+                                        show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="Folder to create the plugin distribution in.")] = Path("."),
+) -> None:
+    """Scaffold a pip-installable plugin distribution that registers a loss and passes its own tests."""
+    from dmlplug.scaffold import new_plugin, plugin_names
+
+    path = new_plugin(name, out)
+    names = plugin_names(name)
+    typer.echo(f"created {path}: package {names['module']}, loss {names['loss']!r}\n"
+               f"next: pip install -e {path} && python -m pytest -q {path / 'tests'}")
+
+
 def build_app() -> typer.Typer:
     """The CLI application with the built-in commands and every plugin's ``register_commands``."""
     app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -116,6 +166,11 @@ def build_app() -> typer.Typer:
     app.command("validate")(cmd_validate)
     app.command("plugins")(cmd_plugins)
     app.command("list")(cmd_list)
+    app.command("report")(cmd_report)
+    app.command("doctor")(cmd_doctor)
+    plugin_app = typer.Typer(no_args_is_help=True, help="Tools for plugin authors.")
+    plugin_app.command("new")(cmd_plugin_new)
+    app.add_typer(plugin_app, name="plugin")
     from dmlplug.plugins import get_host
 
     host = get_host()

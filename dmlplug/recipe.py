@@ -37,6 +37,18 @@ class RunSection(Params):
     output_dir: str = Field("runs", description="Parent folder of run directories.")
     grad_clip: float | None = Field(None, gt=0, description="Clip the gradient norm to this value (None = off).")
     log_every: int = Field(10, ge=1, description="Write training losses to loggers every N steps.")
+    checkpoint_every_steps: int | None = Field(
+        None, ge=1, description="Also write checkpoints/last.pt every N optimizer steps inside an epoch, so that "
+        "--resume continues exactly mid-epoch (None = only after each epoch).",
+    )
+    deterministic: bool = Field(
+        False, description="Strict determinism on GPU: torch.use_deterministic_algorithms, deterministic cuDNN "
+        "(slower; CPU runs are deterministic already).",
+    )
+    compile: bool = Field(False, description="torch.compile the model for training (worth it on CUDA).")
+    channels_last: bool = Field(
+        False, description="Channels-last memory format for the model and its inputs (faster convolutions on CUDA).",
+    )
 
 
 class DataSection(Params):
@@ -55,6 +67,31 @@ class DataSection(Params):
     augment: Literal["auto", "dml", "light", "none"] = Field(
         "auto", description="Training augmentation; auto = what the dataset suits."
     )
+    train_classes: list[str] | None = Field(
+        None, description="Re-split the dataset by class name: these classes (from all its images) train.")
+    test_classes: list[str] | None = Field(
+        None, description="With train_classes: the test classes (labels follow the list order).")
+    val_classes: list[str] | None = Field(
+        None, description="With train_classes: optional validation classes.")
+    split_file: str | None = Field(
+        None, description="ooDML split file (JSON from `dmlplug oodml splits`, or a published .pkl): train "
+                          "and test on the classes of split split_id.")
+    split_id: int | None = Field(None, ge=1, description="Id of the split in split_file.")
+    split_part: Literal["zero_shot", "few_shot_base"] = Field(
+        "zero_shot", description="zero_shot: train on the split's train classes; few_shot_base: train on its "
+                                 "split_train classes and validate on split_val (few-shot base models).")
+
+    @model_validator(mode="after")
+    def _class_selection(self) -> DataSection:
+        if self.split_file is not None and self.train_classes is not None:
+            raise ValueError("give either split_file/split_id or train_classes/test_classes, not both")
+        if (self.split_file is None) != (self.split_id is None):
+            raise ValueError("split_file and split_id go together")
+        if (self.train_classes is None) != (self.test_classes is None):
+            raise ValueError("train_classes and test_classes go together")
+        if self.val_classes is not None and self.train_classes is None:
+            raise ValueError("val_classes needs train_classes and test_classes")
+        return self
 
 
 class GroupOverride(Params):
@@ -139,7 +176,9 @@ class Recipe(Params):
 #: Keys of a component table that belong to the engine, not to the component's params.
 ENGINE_KEYS: dict[str, dict[str, Any]] = {
     "backbone": {"warmup_epochs": 0},
-    "loss": {"weight": 1.0},
+    # embedding: name of a multi-head model's named embedding the loss and miner train on ("" = the
+    # evaluation embedding).
+    "loss": {"weight": 1.0, "embedding": ""},
     "regularizers": {"weight": 1.0},
 }
 
@@ -176,7 +215,9 @@ class ComponentSpec:
 
     def to_table(self) -> dict[str, Any]:
         """The resolved table: name, engine options and every parameter (defaults filled in)."""
-        return {"name": self.info.name, **self.options, **_drop_none(self.params.model_dump(mode="json"))}
+        # An empty string option means "not set" (e.g. [loss] embedding) and is left out, like None.
+        options = {k: v for k, v in self.options.items() if v != ""}
+        return {"name": self.info.name, **options, **_drop_none(self.params.model_dump(mode="json"))}
 
 
 class ValidatedRecipe:
@@ -346,6 +387,10 @@ def _validate_component(path: str, kind: str, table: dict[str, Any], registry: A
 
 def _check_engine_option(path: str, key: str, value: Any, default: Any, where: str) -> Any:
     expected = type(default)
+    if expected is str:
+        if not isinstance(value, str):
+            raise RecipeError(f"{path}.{key}: expected a string, got {value!r}", where=where)
+        return value
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or isinstance(value, bool):
@@ -369,13 +414,93 @@ def _check_unique_names(specs: dict[str, ComponentSpec], where: str) -> None:
 #: Section names used in ``requires`` -> component paths of the recipe.
 _REQUIREMENT_SECTIONS = {"dataset": "data.dataset", "sampler": "data.sampler"}
 
+#: Engine services a component may require (plain strings; ``views`` is written ``"views:N"``).
+#: ``"multi_head"`` is an older spelling of ``"named_embeddings"``.
+ENGINE_SERVICES = ("features", "feature_map", "views", "ema", "named_embeddings", "multi_head")
+
+
+def component_requires(spec: ComponentSpec) -> frozenset[str]:
+    """What a component needs: its registered ``requires`` plus what its parameters add.
+
+    A ``Params`` model may define ``extra_requires()`` returning more requirement strings that depend on
+    the chosen values (e.g. S2SD needs the backbone's feature map only when it pools it itself).
+    """
+    extra = getattr(spec.params, "extra_requires", None)
+    return frozenset(spec.info.requires) | (frozenset(extra()) if callable(extra) else frozenset())
+
+
+def component_tags(spec: ComponentSpec) -> frozenset[str]:
+    """What a component offers: its registered ``tags`` plus what its parameters add (``extra_tags()``)."""
+    extra = getattr(spec.params, "extra_tags", None)
+    return frozenset(spec.info.tags) | (frozenset(extra()) if callable(extra) else frozenset())
+
+
+class EngineNeeds:
+    """The engine services a validated recipe's components require, and who requires them.
+
+    Attributes:
+        views: Total number of augmented views of every training image (1 = no extra view).
+        by: Service name (``"features"``, ``"feature_map"``, ``"views"``, ``"ema"``, ``"named_embeddings"``)
+            -> recipe paths of the components that require it.
+    """
+
+    def __init__(self) -> None:
+        self.views = 1
+        self.by: dict[str, list[str]] = {}
+
+    def __contains__(self, service: str) -> bool:
+        return bool(self.by.get(service))
+
+    def add(self, service: str, path: str) -> None:
+        """Record that the component at ``path`` requires ``service``."""
+        self.by.setdefault(service, []).append(path)
+
+
+def engine_needs(recipe: ValidatedRecipe, where: str = "") -> EngineNeeds:
+    """Collect the engine services required by the recipe's components.
+
+    Raises:
+        RecipeError: A requirement names no known engine service or has a malformed view count.
+    """
+    needs = EngineNeeds()
+    for path, spec in recipe.components.items():
+        for requirement in sorted(component_requires(spec)):
+            section, _, arg = requirement.partition(":")
+            if arg and section != "views":
+                continue  # "<section>:<tag>": a capability of another component, checked separately
+            kind = singular(spec.info.kind)
+            if section not in ENGINE_SERVICES:
+                raise RecipeError(
+                    f"{kind} {spec.name!r} requires unknown engine service {requirement!r}",
+                    where=f"{where}: {path} (plugin {spec.info.plugin!r})",
+                    fix="engine services are: features, feature_map, views:N, ema, named_embeddings; "
+                        "report this to the plugin's author",
+                )
+            if section == "views":
+                if not arg.isdigit() or int(arg) < 1:
+                    raise RecipeError(
+                        f"{kind} {spec.name!r} requires {requirement!r}: the view count must be an integer >= 1",
+                        where=f"{where}: {path} (plugin {spec.info.plugin!r})",
+                        fix='write "views:2" for one extra augmented view; report this to the plugin\'s author',
+                    )
+                needs.views = max(needs.views, int(arg))
+            needs.add("named_embeddings" if section == "multi_head" else section, path)
+    return needs
+
+
+def _head_embedding_names(head: ComponentSpec) -> list[str] | None:
+    # Heads that name their embeddings in a `heads` table (the built-in `multi`); None = unknown statically.
+    heads = getattr(head.params, "heads", None)
+    return list(heads) if isinstance(heads, dict) else None
+
 
 def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
     """Reject component combinations that cannot work, before anything is built.
 
     Raises:
         RecipeError: A miner is paired with a loss that ignores mined tuples, a component requires a tag
-            another section lacks (``"loss:proxies"``), or an engine service no component provides.
+            another section lacks (``"loss:proxies"``), or an engine service the recipe's backbone, head or
+            data cannot give (feature map, named embeddings), or ``[loss] embedding`` names no head output.
     """
     loss = recipe.component("loss")
     miner = recipe.component("miner")
@@ -386,13 +511,13 @@ def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
             fix="remove the [miner] section or choose a pair/triplet loss (tag uses_tuples in `dmlplug list losses`)",
         )
     for path, spec in recipe.components.items():
-        for requirement in sorted(spec.info.requires):
-            if ":" not in requirement:
-                continue  # engine services (views, feature map, EMA) are provided by the engine
-            section, tag = requirement.split(":", 1)
+        for requirement in sorted(component_requires(spec)):
+            section, _, tag = requirement.partition(":")
+            if not tag or section == "views":
+                continue  # engine services: checked below
             other_path = _REQUIREMENT_SECTIONS.get(section, section)
             other = recipe.component(other_path)
-            if other is None or tag not in other.info.tags:
+            if other is None or tag not in component_tags(other):
                 have = f"{section} {other.name!r}" if other is not None else f"no [{section}]"
                 kind = singular(spec.info.kind)
                 raise RecipeError(
@@ -401,6 +526,49 @@ def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
                     fix=f"choose a {section} tagged {tag!r} "
                     f"(see `dmlplug list {SECTION_KIND.get(other_path, section)}`)",
                 )
+    _check_engine_services(recipe, where)
+
+
+def _check_engine_services(recipe: ValidatedRecipe, where: str) -> None:
+    needs = engine_needs(recipe, where)
+    backbone, head, loss = recipe.component("backbone"), recipe.component("head"), recipe.component("loss")
+
+    def who(service: str) -> str:
+        paths = needs.by[service]
+        specs = [(p, recipe.components[p]) for p in paths]
+        return ", ".join(f"{singular(spec.info.kind)} {spec.name!r} ({p})" for p, spec in specs)
+
+    if "feature_map" in needs and backbone is not None and "feature_map" not in component_tags(backbone):
+        raise RecipeError(
+            f"{who('feature_map')} needs the backbone's B×F×h×w feature map, but backbone {backbone.name!r} "
+            "(with these parameters) gives none",
+            where=f"{where}: [backbone]",
+            fix="choose a convolutional backbone (e.g. timm model = \"resnet50\"; token models such as ViT have "
+                "no spatial map), or switch the option that needs the map off",
+        )
+    head_named = head is not None and bool({"named_embeddings", "multi_head"} & component_tags(head))
+    if "named_embeddings" in needs and not head_named:
+        raise RecipeError(
+            f"{who('named_embeddings')} needs several named embeddings, but head "
+            f"{head.name if head is not None else None!r} gives one",
+            where=f"{where}: [head]",
+            fix='use a head that gives named embeddings, e.g. [head] name = "multi" with a `heads` table',
+        )
+    name = loss.options.get("embedding", "") if loss is not None else ""
+    if name:
+        if not head_named:
+            raise RecipeError(
+                f"[loss] embedding = {name!r} names a head output, but head {head.name!r} gives a single embedding",
+                where=f"{where}: [loss] embedding",
+                fix='remove `embedding` from [loss], or use a multi-head head (name = "multi")',
+            )
+        names = _head_embedding_names(head)
+        if names is not None and name not in names:
+            raise RecipeError(
+                f"[loss] embedding = {name!r} is not an output of head {head.name!r}{did_you_mean(name, names)}",
+                where=f"{where}: [loss] embedding",
+                fix="choose one of: " + ", ".join(names),
+            )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ belong to the engine instead of the component:
 |---|---|---|---|
 | `[backbone]` | `warmup_epochs` | 0 | the backbone is frozen (no gradients) for the first N epochs |
 | `[loss]` | `weight` | 1.0 | the loss enters the total as `weight * loss` |
+| `[loss]` | `embedding` | "" | multi-head model: the named embedding the loss and miner use ("" = evaluation one) |
 | `[[regularizers]]` | `weight` | 1.0 | each regularizer term enters the total as `weight * term` |
 
 String values may use `${VAR}` or `${VAR:-default}` environment interpolation. Any value can be overridden

@@ -29,6 +29,22 @@ class TimmParams(Params):
     )
     in_chans: int = Field(3, ge=1, description="Input channels.")
 
+    def extra_tags(self) -> set[str]:
+        """``"feature_map"`` unless ``model`` is a token model (ViT family), judged from its name.
+
+        Lets ``dmlplug validate`` reject a component that needs the spatial map without importing timm;
+        the engine checks the real output again at the first training step.
+        """
+        name = self.model.lower()
+        return set() if name.startswith(_TOKEN_MODEL_PREFIXES) else {"feature_map"}
+
+
+#: timm model families whose features are tokens (B×N×C), i.e. without a spatial feature map.
+_TOKEN_MODEL_PREFIXES = (
+    "vit", "deit", "beit", "eva", "cait", "xcit", "mixer", "resmlp", "gmlp", "flexivit", "crossvit", "tnt",
+    "convit", "volo", "sequencer", "samvit", "naflexvit", "vitamin", "levit", "pit_",
+)
+
 
 def build_timm(params: TimmParams, ctx):
     """Build a timm feature extractor returning ``(pooled features, feature map)``."""
@@ -68,6 +84,8 @@ def build_timm(params: TimmParams, ctx):
 
         def forward(self, images: torch.Tensor):
             feature_map = self.body.forward_features(images)
+            if feature_map.dim() == 4 and getattr(self.body, "output_fmt", "NCHW") == "NHWC":
+                feature_map = feature_map.permute(0, 3, 1, 2)  # Swin & co. give B×h×w×F; the contract is B×F×h×w
             if feature_map.dim() == 3:  # token models (ViT): B×N×C -> mean over tokens, no spatial map
                 return feature_map.mean(1), None
             if self.pool == "avg":
@@ -134,5 +152,5 @@ def _load_state(model, path: Path) -> None:
 @hookimpl
 def register_backbones(register):
     """Register the timm backbone family."""
-    register("timm", build_timm, params=TimmParams,
+    register("timm", build_timm, params=TimmParams, tags=("features",),
              description="Any timm model as a feature extractor (pooling, frozen BN, local weights).")

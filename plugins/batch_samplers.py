@@ -2,7 +2,9 @@
 
 Every sampler yields ``len(self)`` full batches of ``batch_size`` dataset indices per epoch, and the
 batches of an epoch depend on ``(seed, epoch)`` alone (:meth:`EpochBatchSampler.set_epoch`), so a run
-resumed at any epoch sees exactly the batches an uninterrupted run would have seen.
+resumed at any epoch sees exactly the batches an uninterrupted run would have seen. The position inside an
+epoch is the number of batches already trained: the engine's :class:`dmlplug.engine.distributed.BatchPlan`
+skips that many on resume and cuts every global batch into equal per-rank slices under torchrun.
 """
 
 from __future__ import annotations

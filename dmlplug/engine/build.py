@@ -37,6 +37,12 @@ class Components:
     train_transform: Any = None
     test_transform: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+    #: Engine services the components require (:class:`dmlplug.recipe.EngineNeeds`).
+    needs: Any = None
+    #: Named embedding the loss and miner train on (``[loss] embedding``; "" = the evaluation embedding).
+    loss_embedding: str = ""
+    #: The EMA copy of the model, created by the run when a component requires ``"ema"``.
+    ema_model: Any = None
 
 
 def build_component(spec: ComponentSpec, ctx: BuildContext) -> Any:
@@ -61,12 +67,18 @@ def build_component(spec: ComponentSpec, ctx: BuildContext) -> Any:
 
 def build_components(recipe: ValidatedRecipe, ctx: BuildContext) -> Components:
     """Build dataset, sampler, model, loss, miner, regularizers, evaluators and loggers, in that order."""
-    from dmlplug.data.transforms import build_transform
+    from dmlplug.data.transforms import build_train_views, build_transform
     from dmlplug.engine.model import EmbeddingModel
+    from dmlplug.recipe import engine_needs
 
     r = recipe.recipe
+    needs = engine_needs(recipe, recipe.source)
     dataset = build_component(recipe.components["data.dataset"], ctx)
     _check_dataset(dataset, recipe.components["data.dataset"].name)
+    # ooDML / class-name splits ([data] split_file or train_classes): re-partition by class name.
+    from dmlplug.data.splits import apply_recipe_classes
+
+    dataset = apply_recipe_classes(dataset, r.data)
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
     ctx.batch_size = r.data.batch_size
@@ -86,6 +98,10 @@ def build_components(recipe: ValidatedRecipe, ctx: BuildContext) -> Components:
     model = EmbeddingModel(backbone, head)
 
     loss_spec = recipe.components["loss"]
+    # Components that train their own instances of the recipe's loss (S2SD) rebuild it from its spec.
+    ctx.extras["loss_spec"] = loss_spec
+    ctx.extras["miner_spec"] = recipe.component("miner")
+    ctx.extras["engine_needs"] = needs
     loss = build_component(loss_spec, ctx)
     ctx.loss = loss
     miner = build_component(recipe.components["miner"], ctx) if recipe.component("miner") else None
@@ -109,8 +125,12 @@ def build_components(recipe: ValidatedRecipe, ctx: BuildContext) -> Components:
         evaluators=evaluators,
         loggers=loggers,
         warmup_epochs=backbone_spec.options["warmup_epochs"],
-        train_transform=build_transform("train", augment=augment, image_size=size, resize_size=resize),
+        train_transform=(build_transform("train", augment=augment, image_size=size, resize_size=resize)
+                         if needs.views == 1 else build_train_views(augment=augment, image_size=size,
+                                                                    views=needs.views)),
         test_transform=build_transform("test", augment=augment, image_size=size, resize_size=resize),
+        needs=needs,
+        loss_embedding=loss_spec.options.get("embedding", ""),
     )
 
 

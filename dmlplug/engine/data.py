@@ -13,7 +13,11 @@ from dmlplug.engine.seeding import worker_init
 
 
 class TransformedSource(Dataset):
-    """Torch dataset over an :class:`ImageSource`: ``(image_tensor, label, index)`` per item."""
+    """Torch dataset over an :class:`ImageSource`: ``(image_tensor, label, index)`` per item.
+
+    A transform that returns several views (a tuple, see :class:`dmlplug.data.transforms.MultiView`) gives
+    one ``N×C×H×W`` tensor per item, so batches are ``B×N×C×H×W`` and :func:`split_views` separates them.
+    """
 
     def __init__(self, source: ImageSource, transform: Any):
         self.source = source
@@ -24,7 +28,20 @@ class TransformedSource(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
         image = self.source.load_image(int(index))
-        return self.transform(image), int(self.source.labels[index]), int(index)
+        out = self.transform(image)
+        if isinstance(out, tuple | list):
+            out = torch.stack(list(out))
+        return out, int(self.source.labels[index]), int(index)
+
+
+def split_views(images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``(first view, [extra views])`` of a batch: ``B×N×C×H×W`` -> ``B×C×H×W`` and ``N - 1`` more.
+
+    A plain ``B×C×H×W`` batch has no extra views.
+    """
+    if images.dim() == 5:
+        return images[:, 0], [images[:, i] for i in range(1, images.shape[1])]
+    return images, []
 
 
 def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: str, seed: int) -> DataLoader:

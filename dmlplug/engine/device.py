@@ -34,3 +34,13 @@ def autocast_dtype(precision: str, device: str):
     if not device.startswith("cuda") or precision == "fp32":
         return None
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA/CPU out-of-memory errors (torch's OutOfMemoryError, MemoryError, faiss/cuBLAS messages)."""
+    import torch
+
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "cudaerrormemoryallocation" in text)

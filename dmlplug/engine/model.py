@@ -69,3 +69,35 @@ def freeze_backbone(model: EmbeddingModel, frozen: bool) -> None:
 def count_parameters(module: Any) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def make_ema_copy(model: nn.Module) -> nn.Module:
+    """A frozen deep copy of ``model`` to be tracked with :func:`ema_update`.
+
+    The copy has the same class and structure; its parameters have ``requires_grad`` False, so it never
+    enters an optimizer and no gradient is ever computed for it.
+    """
+    import copy
+
+    ema = copy.deepcopy(model)
+    for param in ema.parameters():
+        param.requires_grad_(False)
+    return ema
+
+
+@torch.no_grad()
+def ema_update(ema: nn.Module, model: nn.Module, momentum: float) -> None:
+    """``p_ema = m · p_ema + (1 − m) · p`` for every parameter; buffers (BN statistics …) are copied.
+
+    Args:
+        ema: The copy made by :func:`make_ema_copy`.
+        model: The model being trained (same structure).
+        momentum: ``m`` in ``[0, 1]``; 1 keeps the copy fixed, 0 makes it a plain copy.
+    """
+    ema_params = dict(ema.named_parameters())
+    for name, param in model.named_parameters():
+        target = ema_params[name]
+        target.mul_(momentum).add_(param.detach().to(target.dtype), alpha=1.0 - momentum)
+    ema_buffers = dict(ema.named_buffers())
+    for name, buffer in model.named_buffers():
+        ema_buffers[name].copy_(buffer)

@@ -22,10 +22,14 @@ class StepOutput:
         named_embeddings: Named embeddings of a multi-head model (empty for a single head).
         loss_module: The recipe's loss module (proxy-based regularizers read its proxies).
         indices: Dataset indices of the batch samples.
-        views: Extra augmented views of the batch (``B×3×H×W`` each) when a component asked for them.
+        images: ``B×C×H×W`` batch images on the device (the first view, the one the model was run on).
+        views: Extra augmented views of the batch (``B×C×H×W`` each, on the device, the same samples in the
+            same order), filled only when a component requires ``"views:N"`` (``N - 1`` extra views).
         epoch: Current epoch (1-based).
         step: Global optimizer step (1-based).
         model: The model being trained (components that need a second forward pass use it).
+        ema_model: The engine's exponential-moving-average copy of the model (same class as ``model``,
+            parameters with ``requires_grad`` False), only when a component requires ``"ema"``.
         extras: Free-form values shared between components within the step.
     """
 
@@ -36,8 +40,10 @@ class StepOutput:
     named_embeddings: dict[str, Any] = field(default_factory=dict)
     loss_module: Any = None
     indices: Any = None
+    images: Any = None
     views: list[Any] = field(default_factory=list)
     epoch: int = 1
     step: int = 1
     model: Any = None
+    ema_model: Any = None
     extras: dict[str, Any] = field(default_factory=dict)

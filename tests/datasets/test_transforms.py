@@ -91,7 +91,8 @@ def test_dataloader_over_files_with_a_worker_and_two_views(trees, tmp_path):
     loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, persistent_workers=True)
     batches = list(loader)
     (views, labels, indices), last = batches[0], batches[1]
-    assert len(views) == 2 and views[0].shape == (4, 3, 16, 16)
+    # The views of a sample travel stacked (B×N×C×H×W) so the train loop handles one tensor.
+    assert views.shape == (4, 2, 3, 16, 16)
     assert labels.tolist() == [0, 0, 1, 1] and indices.tolist() == [0, 1, 2, 3]
     assert last[2].tolist() == [4, 5]
 

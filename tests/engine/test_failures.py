@@ -1,0 +1,103 @@
+"""Failure handling: non-finite losses, out-of-memory in evaluation, a full disk while checkpointing; and
+determinism (same recipe and seed twice, with or without loader workers, give identical results)."""
+
+import errno
+import json
+
+import pytest
+import torch
+from test_resume import SMALL
+
+import dmlplug
+from dmlplug.engine import checkpoint as checkpoint_module
+from dmlplug.engine.run import Run
+from dmlplug.errors import RunError
+
+
+def test_non_finite_term_stops_with_its_name_and_step_keeping_the_last_checkpoint(tiny_recipe, tmp_path,
+                                                                                    monkeypatch):
+    original = Run._forward_terms
+
+    def poisoned(self, *args, **kwargs):
+        terms = original(self, *args, **kwargs)
+        if self.step == 3:
+            terms["spread/inner"] = terms["loss"] * float("inf")
+        return terms
+
+    monkeypatch.setattr(Run, "_forward_terms", poisoned)
+    with pytest.raises(RunError, match=r"loss term 'spread/inner' is inf at step 3 \(epoch 1\)"):
+        dmlplug.run(tiny_recipe, overrides=SMALL, out=tmp_path / "r", quiet=True)
+    state = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 2  # the last good state: the poisoned step never reached the optimizer
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert results["status"] == "failed" and "spread/inner" in results["error"]
+
+
+def test_out_of_memory_in_evaluation_names_the_settings_to_lower(tiny_recipe, tmp_path, monkeypatch):
+    calls = []
+
+    def evaluate(self, split="test"):
+        calls.append(split)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(Run, "evaluate", evaluate)
+    with pytest.raises(RunError) as info:
+        dmlplug.run(tiny_recipe, overrides=[*SMALL, "data.eval_batch_size=64"], out=tmp_path / "r", quiet=True)
+    message = str(info.value)
+    assert "out of memory while evaluating the test split" in message
+    assert "data.eval_batch_size (now 64)" in message and "evaluation.memory_budget_mb" in message
+    assert "--set data.eval_batch_size=32" in message and calls == ["test"]
+
+
+def test_other_evaluation_errors_are_not_reported_as_memory_errors(tiny_recipe, tmp_path, monkeypatch):
+    def evaluate(self, split="test"):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(Run, "evaluate", evaluate)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        dmlplug.run(tiny_recipe, overrides=SMALL, out=tmp_path / "r", quiet=True)
+
+
+def test_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tiny_recipe, tmp_path, monkeypatch):
+    real_save, saves = torch.save, []
+
+    def save(obj, handle, *args, **kwargs):
+        saves.append(obj["step"])
+        if len(saves) == 3:  # half a file, then the disk is full
+            handle.write(b"PK\x03\x04 partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", save)
+    with pytest.raises(RunError, match="disk full") as info:
+        dmlplug.run(tiny_recipe, overrides=[*SMALL, "run.epochs=1"], out=tmp_path / "r", quiet=True)
+    assert "previous checkpoint" in str(info.value) and "--resume" in str(info.value)
+    folder = tmp_path / "r" / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["best.pt", "last.pt"]  # no temporary file left
+    monkeypatch.undo()
+    state = torch.load(folder / "last.pt", weights_only=False)
+    assert state["step"] == saves[1] == 1  # initial checkpoint (step 0), step 1; the third save failed
+    result = dmlplug.run(tmp_path / "r", resume=True, quiet=True)  # and the run continues from it
+    assert result.status == "completed"
+
+
+def test_same_recipe_and_seed_give_identical_results_json_with_any_number_of_workers(tiny_recipe, tmp_path):
+    runs = []
+    for name, workers in (("a", 0), ("b", 2)):
+        dmlplug.run(tiny_recipe, overrides=[*SMALL, "run.epochs=1", f"data.workers={workers}"], out=tmp_path / name,
+                    quiet=True)
+        runs.append(tmp_path / name)
+    texts = [(d / "results.json").read_text() for d in runs]
+    assert texts[0] == texts[1]
+    weights = [torch.load(d / "checkpoints" / "last.pt", weights_only=False)["model"] for d in runs]
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key])
+
+
+def test_channels_last_and_strict_determinism_options_run_on_cpu(tiny_recipe, tmp_path):
+    before = torch.are_deterministic_algorithms_enabled()
+    result = dmlplug.run(tiny_recipe, overrides=[*SMALL, "run.epochs=1", "run.channels_last=true",
+                                                 "run.deterministic=true"], out=tmp_path / "r", quiet=True)
+    assert result.status == "completed"
+    assert torch.are_deterministic_algorithms_enabled() == before  # the process-wide switch is restored
