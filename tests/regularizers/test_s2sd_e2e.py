@@ -1,0 +1,47 @@
+"""End to end on CPU: recipes/glyphs_s2sd.toml (shrunk to seconds) trains, evaluates only the base embedding
+and checkpoints the S2SD state; recipes/cub_s2sd.toml validates with the reference settings."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from e2e import ROOT, run_cli
+
+TINY = {
+    "run.epochs": 1,
+    "data.batch_size": 32,
+    "data.dataset.num_classes": 40,
+    "data.dataset.images_per_class": 8,
+    "evaluation.initial": False,
+    "regularizers.0.target_dims": [32, 64],
+}
+
+
+def test_glyphs_s2sd_recipe_runs_end_to_end(tmp_path):
+    from dmlplug.engine.run import run_recipe
+
+    result = run_recipe(ROOT / "recipes" / "glyphs_s2sd.toml", {**TINY, "run.output_dir": str(tmp_path)},
+                        device="cpu", quiet=True)
+    assert result.status == "completed"
+    assert 0.0 <= result.metrics["recall@1"] <= 1.0 and math.isfinite(result.metrics["map@r"])
+    state = torch.load(result.directory / "checkpoints" / "last.pt", weights_only=False)
+    # The iteration counter (feature-distillation delay) is checkpointed and counted every step.
+    assert int(state["regularizers"]["s2sd"]["iteration"]) == state["step"] > 0
+    assert "heads.1.net.2.weight" in state["regularizers"]["s2sd"]
+    # Only the base head is part of the evaluated model.
+    assert not any("s2sd" in key or key.startswith("heads.") for key in state["model"])
+    assert tuple(state["model"]["head.fc.weight"].shape) == (32, 512)
+
+
+def test_cub_s2sd_recipe_validates_with_the_reference_settings():
+    proc = run_cli("validate", ROOT / "recipes" / "cub_s2sd.toml", env={"DMLPLUG_DATA": "/nonexistent"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from dmlplug.recipe import load_recipe
+
+    recipe = load_recipe(ROOT / "recipes" / "cub_s2sd.toml", environ={"DMLPLUG_DATA": "/data"})
+    params = recipe.components["regularizers[0]"].params
+    assert params.target_dims == [512, 1024, 1536, 2048]
+    assert (params.temperature, params.distill_weight, params.feature_weight) == (1.0, 50.0, 50.0)
+    assert params.feature_distill and params.pool_aggr and params.feature_delay == 1000
+    assert recipe.components["loss"].options["weight"] == 0.5 and params.target_weight == 0.5
