@@ -137,3 +137,211 @@ def query_gallery_masks(
             fix="put at least one image of every query class into the gallery",
         )
     return q, g
+
+
+# ----------------------------------------------------------------------------------------------
+# Re-partitioning a dataset by class names (ooDML splits)
+
+
+class ClassSplitSource(ImageSource):
+    """Images drawn from several sources (a bundle's splits), labelled by a given class order.
+
+    Args:
+        parts: The parent sources.
+        items: ``(part, index)`` of every image, in order.
+        class_names: Class names; ``labels[i]`` indexes this list.
+        labels: Dense label of every image.
+        image_ids: Stable identifier of every image (see :func:`image_ids`).
+        name: Split name for messages.
+    """
+
+    def __init__(self, parts: Sequence[ImageSource], items: np.ndarray, class_names: Sequence[str],
+                 labels: np.ndarray, image_ids: Sequence[str], name: str = ""):
+        self.parts = list(parts)
+        self.items = np.asarray(items, dtype=np.int64).reshape(-1, 2)
+        self.class_names = list(class_names)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.image_ids = list(image_ids)
+        self.name = name
+        #: Per-image arrays carried over from the parent sources (see :func:`split_by_class_names`).
+        self.attributes: dict[str, np.ndarray] = {}
+
+    def load_image(self, index: int) -> object:
+        """Image ``index``, loaded by the source it comes from."""
+        part, inner = self.items[int(index)]
+        return self.parts[int(part)].load_image(int(inner))
+
+    def describe(self, index: int) -> str:
+        """Where image ``index`` comes from."""
+        part, inner = self.items[int(index)]
+        return self.parts[int(part)].describe(int(inner))
+
+
+def image_ids(source: ImageSource) -> list[str]:
+    """A stable identifier for every image of ``source``, unique within its class.
+
+    File sources give the file's basename (what the published ooDML split files list), or the path
+    when basenames repeat within a class. Other sources (in-memory arrays) give ``img<k>``: the image's
+    position among the images of its class, which is stable as long as the dataset's parameters are.
+    Sources that already carry an ``image_ids`` attribute keep it.
+    """
+    known = getattr(source, "image_ids", None)
+    if known is not None:
+        return list(known)
+    labels = np.asarray(source.labels)
+    paths = getattr(source, "paths", None)
+    if paths is not None:
+        names = [p.replace("\\", "/").rsplit("/", 1)[-1] for p in paths]
+        seen: set[tuple[int, str]] = set()
+        for label, base in zip(labels.tolist(), names, strict=True):
+            if (label, base) in seen:
+                return [str(p) for p in paths]
+            seen.add((label, base))
+        return names
+    counters: dict[int, int] = {}
+    ids = []
+    for label in labels.tolist():
+        ids.append(f"img{counters.get(label, 0):05d}")
+        counters[label] = counters.get(label, 0) + 1
+    return ids
+
+
+def union_by_class(sources: Sequence[ImageSource]) -> tuple[dict[str, list[tuple[int, int]]], dict[str, list[str]]]:
+    """The images of several sources grouped by class name.
+
+    Returns:
+        ``(members, ids)``: class name -> ``(source position, index)`` of its images, and class name ->
+        their image ids, both in source order then index order.
+
+    Raises:
+        DataError: Two images of one class share an id across sources.
+    """
+    members: dict[str, list[tuple[int, int]]] = {}
+    ids: dict[str, list[str]] = {}
+    for part, source in enumerate(sources):
+        names = source.class_names
+        for index, (label, image_id) in enumerate(zip(source.labels.tolist(), image_ids(source), strict=True)):
+            cls = names[label]
+            members.setdefault(cls, []).append((part, index))
+            ids.setdefault(cls, []).append(image_id)
+    return members, ids
+
+
+def bundle_sources(bundle: object) -> list[ImageSource]:
+    """The bundle's train, test and (when present) validation sources, in that order."""
+    return [s for s in (bundle.train, bundle.test, getattr(bundle, "val", None)) if s is not None]
+
+
+def split_by_class_names(
+    bundle: object,
+    train_classes: Sequence[str],
+    test_classes: Sequence[str],
+    val_classes: Sequence[str] | None = None,
+    *,
+    where: str = "[data]",
+) -> object:
+    """Rebuild a bundle's splits from the union of its images, by class name (ooDML splits).
+
+    Labels follow the order of the given lists (the split files sort them by name, so label indices do
+    not depend on how a split was made). Query/gallery masks of the original test split do not carry
+    over: the new test split is evaluated leave-one-out.
+
+    Args:
+        bundle: A :class:`~dmlplug.data.base.DatasetBundle`.
+        train_classes: Class names of the new training split.
+        test_classes: Class names of the new test split.
+        val_classes: Optional class names of a new validation split.
+        where: Where the lists come from, for messages.
+
+    Returns:
+        A new :class:`~dmlplug.data.base.DatasetBundle` (same ``default_augment``, ``info`` extended).
+
+    Raises:
+        DataError: A class name is unknown, listed twice, or on two sides.
+    """
+    from dmlplug.data.base import DatasetBundle
+
+    sources = bundle_sources(bundle)
+    members, ids = union_by_class(sources)
+    sides = {"train": list(train_classes), "test": list(test_classes)}
+    if val_classes:
+        sides["val"] = list(val_classes)
+    owner: dict[str, str] = {}
+    for side, classes in sides.items():
+        if not classes:
+            raise DataError(f"the {side} class list is empty", where=where, fix=f"list at least one {side} class")
+        for cls in classes:
+            if cls not in members:
+                raise DataError(
+                    f"unknown class name {cls!r} in the {side} classes{did_you_mean_class(cls, members)}",
+                    where=where,
+                    fix=f"the dataset has {len(members)} classes; check that the class list (or split file) "
+                        "belongs to this dataset and its parameters",
+                )
+            if cls in owner:
+                raise DataError(f"class {cls!r} is listed twice (in {owner[cls]} and {side})", where=where,
+                                fix="train, test and validation classes must be distinct")
+            owner[cls] = side
+    base = str(bundle.train.name).split("/", 1)[0] or "data"
+    new: dict[str, ClassSplitSource] = {}
+    for side, classes in sides.items():
+        items, labels, side_ids = [], [], []
+        for label, cls in enumerate(classes):
+            items.extend(members[cls])
+            labels.extend([label] * len(members[cls]))
+            side_ids.extend(ids[cls])
+        new[side] = ClassSplitSource(sources, np.asarray(items), classes, np.asarray(labels), side_ids,
+                                     name=f"{base}/{side}")
+        new[side].attributes = _gather_attributes(sources, new[side].items)
+    info = dict(getattr(bundle, "info", {}) or {})
+    info["class_split"] = {side: {"classes": src.num_classes, "images": len(src)} for side, src in new.items()}
+    return DatasetBundle(train=new["train"], test=new["test"], val=new.get("val"),
+                         default_augment=getattr(bundle, "default_augment", "dml"), info=info)
+
+
+def _gather_attributes(sources: Sequence[ImageSource], items: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-image attributes (e.g. SOP ``super_labels``) that every source has, gathered for ``items``."""
+    tables = [getattr(s, "attributes", None) or {} for s in sources]
+    common = set(tables[0]).intersection(*tables[1:]) if tables else set()
+    return {key: np.asarray([tables[part][key][index] for part, index in items.tolist()])
+            for key in sorted(common)}
+
+
+def did_you_mean_class(name: str, classes: object) -> str:
+    """A ' (did you mean ...?)' suffix among the dataset's class names."""
+    from dmlplug.errors import did_you_mean
+
+    return did_you_mean(name, list(classes))
+
+
+def apply_recipe_classes(bundle: object, data: object) -> object:
+    """Apply a recipe's ``[data]`` class selection (``train_classes``/``test_classes`` or ``split_file``).
+
+    Args:
+        bundle: The bundle the dataset component built.
+        data: The recipe's :class:`~dmlplug.recipe.DataSection`.
+
+    Returns:
+        ``bundle`` unchanged when the recipe selects no classes, else the re-partitioned bundle.
+
+    Raises:
+        DataError: The split file cannot be read, has no split with that id, or names unknown classes.
+    """
+    if getattr(data, "split_file", None):
+        from dmlplug.oodml.splitfile import load_published_pickle, load_splits
+
+        path = str(data.split_file)
+        split_file = load_published_pickle(path) if path.endswith(".pkl") else load_splits(path)
+        ids = [s.id for s in split_file.splits]
+        if data.split_id not in ids:
+            raise DataError(f"split file {data.split_file} has no split with id {data.split_id}",
+                            where="[data] split_id", fix=f"use one of {ids}")
+        split = split_file.by_id(data.split_id)
+        where = f"[data] split_file = {data.split_file!r}, split_id = {data.split_id}"
+        if data.split_part == "few_shot_base":
+            return split_by_class_names(bundle, split.split_train, split.test, split.split_val, where=where)
+        return split_by_class_names(bundle, split.train, split.test, where=where)
+    if getattr(data, "train_classes", None) is not None:
+        return split_by_class_names(bundle, data.train_classes, data.test_classes, data.val_classes or None,
+                                    where="[data] train_classes / test_classes / val_classes")
+    return bundle

@@ -1,7 +1,10 @@
 """Out-of-distribution DML benchmark (ooDML): Fréchet distance, split generation, split files, AGS.
 
 Pure numpy/scipy: importing this package does not import torch. Feature extraction, sweeps and the
-few-shot evaluator build on these functions. See ``docs/oodml.md``.
+few-shot protocol build on these functions and are imported explicitly (they use torch inside):
+``dmlplug.oodml.features`` (split generation from a dataset), ``dmlplug.oodml.sweep`` and
+``dmlplug.oodml.summary`` (``dmlplug oodml run | summarize``), ``dmlplug.oodml.fewshot`` (few-shot
+adaptation). See ``docs/oodml.md`` and ``docs/fewshot.md``.
 """
 
 from dmlplug.oodml.ags import ags, normalized_fids

@@ -1,0 +1,146 @@
+"""``dmlplug oodml splits | run | summarize``: the ooDML benchmark from the command line.
+
+The work happens in :mod:`dmlplug.oodml.features`, :mod:`dmlplug.oodml.sweep` and
+:mod:`dmlplug.oodml.summary`; they are imported inside the commands so the CLI starts without torch.
+See ``docs/oodml.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlplug import hookimpl
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    from dmlplug.errors import RecipeError
+
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise RecipeError(f"{option} must be comma-separated integers, got {text!r}", where=option) from None
+    if not values:
+        raise RecipeError(f"{option} is empty", where=option)
+    return values
+
+
+def _dataset_params(items: list[str] | None) -> dict[str, Any]:
+    """``dataset.key=value`` (or ``key=value``) strings -> parameters, values parsed as TOML."""
+    from dmlplug.errors import RecipeError
+    from dmlplug.recipe import override_pairs
+
+    params = {}
+    for key, value in override_pairs(list(items or [])).items():
+        name = key.removeprefix("dataset.")
+        if "." in name or not name:
+            raise RecipeError(f"--set {key}: expected dataset.<parameter>=value", where="--set",
+                              fix="e.g. --set dataset.num_classes=100")
+        params[name] = value
+    return params
+
+
+@hookimpl
+def register_commands(app: Any) -> None:
+    """Add the ``oodml`` command group."""
+    import typer
+
+    oodml = typer.Typer(help="ooDML benchmark: generate splits, sweep a recipe over them, summarise with AGS.",
+                        no_args_is_help=True)
+
+    @oodml.command("splits")
+    def splits_command(
+        dataset: str = typer.Option(..., help="Registered dataset name (`dmlplug list datasets`)."),
+        set_: list[str] = typer.Option(None, "--set", help="dataset.param=value (repeatable)."),
+        out: str = typer.Option(..., help="Split file to write (JSON)."),
+        num_splits: int = typer.Option(8, help="Number of splits, spread evenly over the FID range."),
+        backbone: str = typer.Option("resnet50", help="timm model of the feature extractor."),
+        weights: str = typer.Option(None, help="Local weights file of the extractor (random weights without; "
+                                               "a warning says so)."),
+        image_size: int = typer.Option(224, help="Input size of the extractor."),
+        batch_size: int = typer.Option(64, help="Images per forward pass."),
+        swaps_per_iter: int = typer.Option(2, help="Classes exchanged per swapping iteration (SOP: 1000)."),
+        iterations: int = typer.Option(25, help="Swapping iterations."),
+        history: int = typer.Option(5, help="Recently swapped slots that may not be swapped again."),
+        inverse_iterations: int = typer.Option(0, help="Iterations of the inverse run (easier splits); 0: none."),
+        removal: bool = typer.Option(True, help="Continue with class removal after swapping."),
+        min_remaining: float = typer.Option(0.5, help="Fraction of each side's images removal keeps."),
+        shots: str = typer.Option("2,5,10", help="Few-shot support sizes stored in the file."),
+        episodes: int = typer.Option(10, help="Episodes per support size."),
+        seed: int = typer.Option(0, help="Seed of validation partitions and episodes."),
+        device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    ) -> None:
+        """Generate ooDML splits of increasing train/test shift for a registered dataset."""
+        import warnings
+
+        from dmlplug.engine.device import resolve_device
+        from dmlplug.oodml.features import ExtractorSpec, generate_splits
+        from dmlplug.oodml.splitfile import save_splits
+
+        spec = ExtractorSpec(model=backbone, weights=weights, image_size=image_size, batch_size=batch_size,
+                             device=resolve_device(device))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            split_file = generate_splits(
+                dataset, _dataset_params(set_), extractor=spec, num_splits=num_splits,
+                swaps_per_iter=swaps_per_iter, iterations=iterations, history=history,
+                inverse_iterations=inverse_iterations, removal=removal, min_remaining=min_remaining,
+                shots=_int_list(shots, "--shots"), episodes=episodes, seed=seed)
+        for warning in caught:
+            typer.echo(f"warning: {warning.message}", err=True)
+        save_splits(out, split_file)
+        typer.echo(f"{'id':>3} {'FID':>10} {'train':>6} {'test':>6}  generator")
+        for split in split_file.splits:
+            typer.echo(f"{split.id:>3} {split.fid:>10.3f} {len(split.train):>6} {len(split.test):>6}  "
+                       f"{split.generator_key}")
+        typer.echo(f"wrote {len(split_file.splits)} splits ({split_file.info.get('candidates')} candidates) to {out}")
+
+    @oodml.command("run")
+    def run_command(
+        recipe: str = typer.Argument(..., help="Recipe to train on every split."),
+        splits: str = typer.Option(..., help="Split file (JSON, or a published ooDML .pkl)."),
+        seeds: str = typer.Option("0", help="Comma-separated run seeds."),
+        out: str = typer.Option("oodml-sweep", help="Sweep directory (rerun with the same one to continue)."),
+        split_ids: str = typer.Option(None, help="Only these split ids, comma-separated."),
+        set_: list[str] = typer.Option(None, "--set", "-s", help="Recipe override for every run (repeatable)."),
+        device: str = typer.Option(None, help="auto, cpu or cuda (overrides run.device)."),
+    ) -> None:
+        """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
+        from dmlplug.oodml.sweep import run_sweep
+
+        report = run_sweep(recipe, splits, seeds=_int_list(seeds, "--seeds"), sweep_dir=out,
+                           overrides=list(set_ or []), device=device,
+                           split_ids=_int_list(split_ids, "--split-ids") if split_ids else None,
+                           echo=typer.echo)
+        typer.echo(f"sweep {out}: {len(report.ran)} run(s) trained, {len(report.skipped)} skipped (finished), "
+                   f"{len(report.restarted)} restarted; summarise with `dmlplug oodml summarize {out}`")
+
+    @oodml.command("summarize")
+    def summarize_command(
+        sweep_dir: str = typer.Argument(..., help="Directory written by `dmlplug oodml run`."),
+        metric: list[str] = typer.Option(None, "--metric", "-m",
+                                         help="Metric key (repeatable); default recall@1, map@1000, "
+                                              "map@1000_revisiting (those present)."),
+        reduce: str = typer.Option("max", help="max: per-metric maximum over epochs (ooDML protocol); "
+                                               "best: selected epoch; final: last epoch."),
+        plot: bool = typer.Option(True, help="Write ags.png."),
+        tensorboard: bool = typer.Option(True, help="Write TensorBoard events under SWEEP_DIR/tb."),
+        json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        """Per-split mean ± std over seeds, AGS per metric, and the metric-vs-FID plot."""
+        import json
+
+        from dmlplug.errors import RecipeError
+        from dmlplug.oodml.summary import summarize_sweep, write_outputs
+
+        if reduce not in ("max", "best", "final"):
+            raise RecipeError(f"--reduce must be max, best or final, got {reduce!r}", where="--reduce")
+        summary = summarize_sweep(sweep_dir, metrics=metric or None, reduce=reduce)  # type: ignore[arg-type]
+        files = write_outputs(summary, plot=plot, tensorboard=tensorboard)
+        if json_output:
+            typer.echo(json.dumps(summary.to_json(), indent=2))
+            return
+        typer.echo(f"ooDML sweep {sweep_dir} (metrics in %, mean ± std over seeds, {reduce} per run):")
+        typer.echo(summary.table())
+        typer.echo("wrote " + ", ".join(str(f) for f in files))
+
+    app.add_typer(oodml, name="oodml")

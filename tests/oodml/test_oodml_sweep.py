@@ -1,0 +1,282 @@
+"""ooDML sweeps: class-name re-splitting, split generation from features, sweep/summary maths, and the whole
+``dmlplug oodml splits -> run -> summarize`` chain on the embedded glyph dataset."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from e2e import TINY_RECIPE, run_cli
+
+from dmlplug.data import ArraySource, DatasetBundle
+from dmlplug.data.splits import apply_recipe_classes, image_ids, split_by_class_names
+from dmlplug.errors import DataError, RecipeError, RunError
+from dmlplug.oodml import OodSplit, SplitFile, ags, load_published_pickle, save_splits
+from dmlplug.oodml.summary import run_metrics, summarize_sweep, write_outputs
+from dmlplug.oodml.sweep import run_directory, run_sweep
+
+PUBLISHED_CARS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "oodml" / "cars196_splits.pkl"
+
+
+def toy_bundle():
+    """Classes a..f, 3 images each; train a, b, c and test d, e, f. Pixel value = 10 * class + image."""
+    images = np.array([[[10 * c + i]] for c in range(6) for i in range(3)], dtype=np.uint8).repeat(4, 1).repeat(4, 2)
+    labels = np.repeat(np.arange(6), 3)
+    names = list("abcdef")
+    train = ArraySource(images[:9], labels[:9], names[:3], name="toy/train")
+    test = ArraySource(images[9:], labels[9:] - 3, names[3:], name="toy/test")
+    return DatasetBundle(train=train, test=test, default_augment="light", info={"n": 18})
+
+
+def pixel(source, index):
+    return int(np.asarray(source.load_image(index))[0, 0, 0])
+
+
+def test_split_by_class_names_rebuilds_sources_from_the_union():
+    bundle = split_by_class_names(toy_bundle(), ["e", "a", "c"], ["b", "f"], ["d"])
+    assert bundle.train.class_names == ["e", "a", "c"] and bundle.test.class_names == ["b", "f"]
+    assert bundle.val.class_names == ["d"]
+    # Labels follow the given order and the images are the right ones.
+    assert bundle.train.labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [pixel(bundle.train, i) for i in range(9)] == [40, 41, 42, 0, 1, 2, 20, 21, 22]
+    assert [pixel(bundle.test, i) for i in range(6)] == [10, 11, 12, 50, 51, 52]
+    assert image_ids(bundle.test) == ["img00000", "img00001", "img00002"] * 2
+    assert bundle.info["class_split"]["test"] == {"classes": 2, "images": 6} and bundle.info["n"] == 18
+    # Per-image attributes every split has (SOP super-classes) follow their images.
+    toy = toy_bundle()
+    toy.train.attributes = {"super_labels": np.arange(9) // 3, "only_train": np.zeros(9)}
+    toy.test.attributes = {"super_labels": 10 + np.arange(9) // 3}
+    moved = split_by_class_names(toy, ["e", "a"], ["b"])
+    assert moved.train.attributes["super_labels"].tolist() == [11, 11, 11, 0, 0, 0]
+    assert sorted(moved.test.attributes) == ["super_labels"]
+
+
+def test_split_by_class_names_errors():
+    with pytest.raises(DataError, match="unknown class name 'x'"):
+        split_by_class_names(toy_bundle(), ["a", "x"], ["d"])
+    with pytest.raises(DataError, match="listed twice"):
+        split_by_class_names(toy_bundle(), ["a", "b"], ["b"])
+    with pytest.raises(DataError, match="empty"):
+        split_by_class_names(toy_bundle(), [], ["b"])
+
+
+def test_recipe_class_selection_validation_and_split_file(tmp_path):
+    from dmlplug.recipe import load_recipe
+
+    raw = tomllib.loads(TINY_RECIPE)
+    with pytest.raises(RecipeError, match="split_file and split_id go together"):
+        load_recipe(raw, ["data.split_file=x.json"])
+    with pytest.raises(RecipeError, match="not both"):
+        load_recipe(raw, {"data.split_file": "x.json", "data.split_id": 1, "data.train_classes": ["a"],
+                          "data.test_classes": ["b"]})
+    split = OodSplit(id=2, fid=3.0, train=["a", "b", "c", "d"], test=["e", "f"], split_train=["a", "b", "d"],
+                     split_val=["c"], episodes={1: {0: {"e": ["img00000"], "f": ["img00002"]}}})
+    path = save_splits(tmp_path / "s.json", SplitFile(splits=[split]))
+    data = load_recipe(raw, {"data.split_file": str(path), "data.split_id": 2}).recipe.data
+    bundle = apply_recipe_classes(toy_bundle(), data)
+    assert bundle.train.class_names == ["a", "b", "c", "d"] and bundle.val is None
+    data = load_recipe(raw, {"data.split_file": str(path), "data.split_id": 2,
+                             "data.split_part": "few_shot_base"}).recipe.data
+    bundle = apply_recipe_classes(toy_bundle(), data)
+    assert bundle.train.class_names == ["a", "b", "d"] and bundle.val.class_names == ["c"]
+    with pytest.raises(DataError, match="no split with id 5"):
+        apply_recipe_classes(toy_bundle(), load_recipe(raw, {"data.split_file": str(path),
+                                                             "data.split_id": 5}).recipe.data)
+    assert apply_recipe_classes(toy_bundle(), load_recipe(raw).recipe.data).train.class_names == ["a", "b", "c"]
+
+
+class MeanPixel(torch.nn.Module):
+    """'Backbone' whose pooled features are (mean pixel, its square): class means are known exactly."""
+
+    num_features = 2
+
+    def __init__(self):
+        super().__init__()
+        self.images = 0
+
+    def forward(self, images):
+        self.images += len(images)
+        m = images[:, 0].flatten(1).mean(1, dtype=torch.float64)
+        return torch.stack([m, m**2], 1).float(), None
+
+
+def test_generate_splits_uses_every_image_once_and_exact_class_means():
+    from dmlplug.oodml.features import ExtractorSpec, dataset_class_means, generate_splits
+    from dmlplug.oodml.swapping import class_means
+
+    bundle, backbone = toy_bundle(), MeanPixel()
+    spec = ExtractorSpec(image_size=4, batch_size=5)
+    table = dataset_class_means(bundle, backbone, spec)
+    assert backbone.images == 18 and table["train"] == [0, 1, 2] and table["test"] == [3, 4, 5]
+    assert table["counts"].tolist() == [3] * 6
+    # The test transform normalises each channel as (x/255 - mean) / std; recompute the features directly.
+    from dmlplug.data.transforms import build_transform
+
+    transform = build_transform("test", augment="light", image_size=4)
+    feats = []
+    for source in (bundle.train, bundle.test):
+        for i in range(len(source)):
+            m = float(transform(source.load_image(i))[0].double().mean())
+            feats.append([m, m * m])
+    expected, _ = class_means(np.array(feats), np.repeat(np.arange(6), 3))
+    np.testing.assert_allclose(table["means"], expected, rtol=1e-5)
+    split_file = generate_splits("toy", bundle=bundle, backbone=MeanPixel(), extractor=spec, num_splits=2,
+                                 swaps_per_iter=1, iterations=3, removal=False, shots=(1,), episodes=2)
+    assert [s.id for s in split_file.splits] == [1, 2]
+    assert split_file.splits[0].fid <= split_file.splits[1].fid
+    assert split_file.info["backbone"] == "resnet50" and split_file.dataset == "toy"
+    for split in split_file.splits:
+        assert sorted(split.train + split.test) == list("abcdef")
+        assert set(split.episodes[1][0]) == set(split.test)
+
+
+def fake_sweep(root, results):
+    """A sweep directory with given per-run metric histories: {(split, seed): [(epoch, {metric: value})]}."""
+    fids = {1: 10.0, 2: 30.0, 3: 20.0}
+    splits = [OodSplit(id=i, fid=f, train=[f"t{i}a", f"t{i}b"], test=[f"s{i}a", f"s{i}b"],
+                       split_train=[f"t{i}a"], split_val=[f"t{i}b"], episodes={}) for i, f in fids.items()]
+    save_splits(root / "splits.json", SplitFile(splits=splits))
+    seeds = sorted({seed for _, seed in results})
+    (root / "sweep.json").write_text(json.dumps({"seeds": seeds, "split_ids": [1, 2, 3]}))
+    for (split, seed), history in results.items():
+        run = run_directory(root, split, seed)
+        run.mkdir(parents=True)
+        lines = [json.dumps({"epoch": e, "split": "test", **m}) for e, m in history]
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        (run / "results.json").write_text(json.dumps({"status": "completed", "metrics": history[-1][1],
+                                                      "best_metrics": history[1][1]}))
+
+
+def test_summary_statistics_and_ags_oracle(tmp_path):
+    runs = {
+        # Split 1: recall max over trained epochs 0.8 and 0.6 -> mean 70, sample std 14.142.
+        (1, 0): [(0, {"recall@1": 0.9}), (1, {"recall@1": 0.8}), (2, {"recall@1": 0.5})],
+        (1, 1): [(0, {"recall@1": 0.1}), (1, {"recall@1": 0.4}), (2, {"recall@1": 0.6})],
+        (3, 0): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.5}), (2, {"recall@1": 0.3})],
+        (3, 1): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.5}), (2, {"recall@1": 0.5})],
+        (2, 0): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.2}), (2, {"recall@1": 0.4})],
+    }
+    fake_sweep(tmp_path, runs)
+    assert run_metrics(run_directory(tmp_path, 1, 0), "max") == {"recall@1": 0.8}
+    assert run_metrics(run_directory(tmp_path, 1, 0), "final") == {"recall@1": 0.5}
+    assert run_metrics(run_directory(tmp_path, 1, 0), "best") == {"recall@1": 0.8}
+    summary = summarize_sweep(tmp_path)
+    rows = {r.split_id: r for r in summary.rows}
+    assert rows[1].mean("recall@1") == pytest.approx(70.0)
+    assert rows[1].std("recall@1") == pytest.approx(100 * np.std([0.8, 0.6], ddof=1))
+    assert rows[3].std("recall@1") == 0.0 and rows[2].seeds == [0]
+    # FIDs 10, 20, 30 -> x 0, .5, 1; scores 70, 50, 40 -> trapezoids (60 + 45) / 2 = 52.5.
+    assert summary.ags["recall@1"] == pytest.approx(52.5)
+    assert summary.ags["recall@1"] == pytest.approx(ags([10, 30, 20], [70, 40, 50]))
+    assert summary.missing == [(2, 1)]
+    files = write_outputs(summary, tensorboard=False)
+    assert (tmp_path / "ags.png").stat().st_size > 1000 and tmp_path / "summary.json" in files
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["ags"]["recall@1"] == pytest.approx(52.5)
+    with pytest.raises(DataError, match="'map@1000' is not in the runs"):
+        summarize_sweep(tmp_path, metrics=["map@1000"])
+
+
+def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE)
+    splits = [OodSplit(id=i, fid=float(i), train=["a", "b"], test=["c", "d"], split_train=["a"], split_val=["b"],
+                       episodes={}) for i in (1, 2)]
+    split_path = save_splits(tmp_path / "s.json", SplitFile(splits=splits))
+    calls = []
+
+    def runner(recipe_path, overrides, *, out, device, quiet):
+        calls.append((overrides["data.split_id"], overrides["run.seed"]))
+        Path(out).mkdir(parents=True)
+        status = "failed" if (overrides["data.split_id"], overrides["run.seed"]) == (2, 1) else "completed"
+        (Path(out) / "results.json").write_text(json.dumps({"status": status}))
+
+    sweep = tmp_path / "sweep"
+    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None)
+    assert calls == [(1, 0), (1, 1), (2, 0), (2, 1)] and report.ran == calls
+    calls.clear()
+    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None)
+    assert calls == [(2, 1)] and report.restarted == [(2, 1)] and len(report.skipped) == 3
+    recipe.write_text(TINY_RECIPE.replace("epochs = 1", "epochs = 2"))
+    with pytest.raises(RunError, match="different recipe"):
+        run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner)
+
+
+@pytest.mark.skipif(not PUBLISHED_CARS.is_file(), reason="published CARS196 split file not available")
+def test_published_cars_pickle_drives_class_splits_and_episodes():
+    from dmlplug.oodml.fewshot import episode_indices
+
+    published = load_published_pickle(PUBLISHED_CARS)
+    split = published.by_id(8)
+    # A stand-in CARS bundle: every class of the split, its support basenames plus one extra image each.
+    classes = sorted(set(split.train) | set(split.test))
+    paths, labels = [], []
+    for label, cls in enumerate(classes):
+        names = sorted({n for k in split.episodes for e in split.episodes[k].values() for n in e.get(cls, [])})
+        for name in names + [f"extra_{label}.jpg"]:
+            paths.append(f"/data/cars/{cls}/{name}")
+            labels.append(label)
+
+    class Files(ArraySource):
+        def __init__(self, paths, labels, names, name):
+            super().__init__(np.zeros((len(paths), 1, 1), np.uint8), labels, names, name)
+            self.paths = paths
+
+    half = len(classes) // 2
+    is_train = np.isin(labels, np.arange(half))
+    labels = np.asarray(labels)
+    train_paths = [p for p, t in zip(paths, is_train, strict=True) if t]
+    test_paths = [p for p, t in zip(paths, is_train, strict=True) if not t]
+    bundle = DatasetBundle(train=Files(train_paths, labels[is_train], classes[:half], "cars/train"),
+                           test=Files(test_paths, labels[~is_train] - half, classes[half:], "cars/test"))
+    resplit = split_by_class_names(bundle, split.train, split.test)
+    assert resplit.test.num_classes == 62 and resplit.train.num_classes == 62
+    ids = image_ids(resplit.test)
+    support, query = episode_indices(resplit.test.labels, resplit.test.class_names, ids, split.episodes[5][3])
+    assert len(support) == 5 * 62 and len(query) == len(resplit.test) - 5 * 62
+
+
+def test_oodml_cli_splits_run_summarize(tmp_path):
+    """The complete chain on glyphs: 2 generated splits, one run each (with the few-shot evaluator on the
+    split file's stored episodes), a rerun that skips them, and the summary with AGS and plot."""
+    splits = tmp_path / "splits.json"
+    result = run_cli("oodml", "splits", "--dataset", "glyphs", "--set", "dataset.num_classes=40",
+                     "--set", "dataset.images_per_class=8", "--out", splits, "--num-splits", "2",
+                     "--backbone", "resnet10t", "--image-size", "32", "--shots", "2", "--episodes", "2",
+                     "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert "random" in result.stderr  # random extractor weights are announced
+    from dmlplug.oodml import load_splits
+
+    generated = load_splits(splits)
+    assert [s.id for s in generated.splits] == [1, 2] and generated.info["backbone"] == "resnet10t"
+    assert generated.splits[0].fid < generated.splits[1].fid
+
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.replace(
+        "[[loggers]]",
+        '[[evaluators]]\nname = "map_at_1000"\n[[evaluators]]\nname = "fewshot"\nshots = [2]\nepisodes = 2\n'
+        "batch_size = 16\niterations = {2 = 3}\n[evaluation]\ninitial = false\n[[loggers]]"))
+    sweep = tmp_path / "sweep"
+    result = run_cli("oodml", "run", recipe, "--splits", splits, "--seeds", "0", "--out", sweep, "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert "2 run(s) trained" in result.stdout
+    for split in generated.splits:
+        run = run_directory(sweep, split.id, 0)
+        resolved = tomllib.loads((run / "recipe.resolved.toml").read_text())
+        assert resolved["data"]["split_id"] == split.id and resolved["run"]["seed"] == 0
+        results = json.loads((run / "results.json").read_text())
+        assert results["status"] == "completed" and "fewshot/2shot/adapted/recall@1" in results["fewshot"]
+        assert json.loads((run / "fewshot.json").read_text())["info"]["episodes_from"] == "split file"
+    result = run_cli("oodml", "run", recipe, "--splits", splits, "--seeds", "0", "--out", sweep)
+    assert result.returncode == 0 and "0 run(s) trained, 2 skipped" in result.stdout
+
+    result = run_cli("oodml", "summarize", sweep)
+    assert result.returncode == 0, result.stderr
+    assert "AGS" in result.stdout and "recall@1" in result.stdout and "map@1000" in result.stdout
+    summary = json.loads((sweep / "summary.json").read_text())
+    means = [s["mean"]["recall@1"] for s in summary["splits"]]
+    assert summary["ags"]["recall@1"] == pytest.approx(ags([s.fid for s in generated.splits], means))
+    assert (sweep / "ags.png").is_file() and any((sweep / "tb").iterdir())
