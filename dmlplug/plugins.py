@@ -40,6 +40,9 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.datasets",
     "dmlplug_builtins.regularizers",
     "dmlplug_builtins.loggers",
+    "dmlplug_builtins.fewshot_evaluator",
+    "dmlplug_builtins.oodml_commands",
+    "dmlplug_builtins.record_keeper_logger",
 )
 
 

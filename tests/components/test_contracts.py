@@ -1,7 +1,9 @@
-"""Contract tests parametrized over the registry: every loss, miner, regularizer and sampler, and every
-nested distance / reducer / PML regularizer table, builds from its defaults on a tiny context and behaves.
+"""Contract tests parametrized over the registry: every loss, miner, regularizer, sampler, evaluator, head and
+logger, and every nested distance / reducer / PML regularizer table, builds from its defaults on a tiny context
+and behaves.
 
-A component registered tomorrow is tested here automatically. A component that needs context the tests
+The checks themselves live in :mod:`dmlplug.testing`, where plugin authors use them for their own components;
+a component registered tomorrow is tested here automatically. A component that needs context the checks
 cannot provide fails with a message naming the requirement (nothing is skipped).
 """
 
@@ -12,31 +14,26 @@ import math
 import numpy as np
 import pytest
 import torch
-from component_helpers import BATCH, EMBEDDING_SIZE, FEATURE_DIM, HOST, NUM_CLASSES, batch_labels, build, make_context
+from component_helpers import HOST, batch_labels, build
+from pydantic import Field
 
-from dmlplug.engine.step import StepOutput
+from dmlplug import Params, hookimpl
+from dmlplug.testing import ContractError, check_component, check_plugin, sampler_context, uneven_labels
 from dmlplug_builtins.pml_catalog import DISTANCES, REDUCERS, REGULARIZERS
+
+#: Extra arguments of the checks for built-ins that need more than the defaults.
+OPTIONS = {
+    "regularizers.diva": {"head": {"name": "multi", "heads": {"discriminative": 16, "shared": 8,
+                                                              "selfsimilarity": 8, "intra": 8}}},
+}
 
 
 def _names(kind: str) -> list[str]:
     return HOST.registry.names(kind)
 
 
-def _loss_for(requires: frozenset[str]):
-    """The context loss that satisfies a component's ``loss:*`` requirements."""
-    from pytorch_metric_learning.losses import ProxyAnchorLoss, SoftTripleLoss
-
-    if "loss:sub_centers" in requires:
-        return SoftTripleLoss(NUM_CLASSES, EMBEDDING_SIZE, centers_per_class=3)
-    return ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE)
-
-
-#: Requirements the step below provides; anything else must be added here before the test can pass.
-PROVIDED = {"loss:proxies", "loss:sub_centers", "features", "feature_map", "views:1", "views:2"}
-
-
-def _random_embeddings(batch: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
-    raw = torch.randn(batch, EMBEDDING_SIZE, requires_grad=True)
+def _random_embeddings(batch: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    raw = torch.randn(batch, 16, requires_grad=True)
     return raw, torch.nn.functional.normalize(raw, dim=1)
 
 
@@ -49,135 +46,12 @@ def _assert_finite_grads(tensors) -> int:
     return count
 
 
-# -------------------------------------------------------------------------------------------------- losses
-
-
-@pytest.mark.parametrize("name", _names("losses"))
-def test_loss_builds_and_gives_finite_value_and_gradients(name, seeded):
-    loss = build("losses", name)
-    raw, embeddings = _random_embeddings()
-    value = loss(embeddings, batch_labels())
-    assert value.dim() == 0 and torch.isfinite(value), f"{name}: loss {value}"
-    value.backward()
-    assert _assert_finite_grads([raw, *loss.parameters()]) >= 1
-    assert raw.grad is not None, f"{name}: no gradient reaches the embeddings"
-
-
-@pytest.mark.parametrize("name", _names("losses"))
-def test_loss_tags_match_behaviour(name, seeded):
-    """uses_tuples / proxies / has_parameters / needs_num_classes say what the built loss really does."""
-    from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
-
-    from dmlplug.engine.proxies import class_proxies
-
-    info = HOST.registry.get("losses", name)
-    labels = batch_labels()
-    _, embeddings = _random_embeddings()
-    embeddings = embeddings.detach()
-    triplets = lmu.get_all_triplets_indices(labels)
-    partial = tuple(t[:40] for t in triplets)
-
-    def value(indices_tuple):
-        torch.manual_seed(1)  # fresh, identically initialised loss: stateful losses compare fairly
-        return build("losses", name)(embeddings, labels, indices_tuple)
-
-    without = value(None)
-    try:
-        with_tuples = value(partial)
-        changed = not torch.allclose(without, with_tuples)
-    except (ValueError, AssertionError):
-        changed = False  # the loss rejects mined tuples
-    assert changed == ("uses_tuples" in info.tags), f"{name}: uses_tuples tag disagrees with behaviour"
-
-    loss = build("losses", name)
-    has_params = any(p.requires_grad for p in loss.parameters())
-    assert has_params == ("has_parameters" in info.tags)
-    if "proxies" in info.tags:
-        proxies = class_proxies(loss)
-        assert tuple(proxies.shape) == (NUM_CLASSES, EMBEDDING_SIZE) and proxies.requires_grad
-    else:
-        with pytest.raises(TypeError):
-            class_proxies(loss)
-    if "needs_num_classes" in info.tags:
-        with pytest.raises(Exception, match="num_classes"):
-            build("losses", name, make_context(num_classes=None))
-
-
-# -------------------------------------------------------------------------------------------------- miners
-
-
-def _miner_batch(info) -> torch.Tensor:
-    if "packaged_triplets" in info.tags:
-        # (anchor, positive, negative) triples: class c, class c, class c+1.
-        return torch.tensor([[c, c, (c + 1) % NUM_CLASSES] for c in range(10)]).flatten() % NUM_CLASSES
-    return batch_labels()
-
-
-@pytest.mark.parametrize("name", _names("miners"))
-def test_miner_returns_valid_index_tuples(name, seeded):
-    info = HOST.registry.get("miners", name)
-    miner = build("miners", name)
-    labels = _miner_batch(info)
-    _, embeddings = _random_embeddings(len(labels))
-    tuples = miner(embeddings, labels)
-    expected = 3 if "triplets" in info.tags else 4
-    assert "triplets" in info.tags or "pairs" in info.tags, f"{name}: tag it pairs or triplets"
-    assert len(tuples) == expected, f"{name}: {len(tuples)}-tuple, tags {sorted(info.tags)}"
-    for t in tuples:
-        assert t.dtype == torch.long and t.dim() == 1
-        assert len(t) == 0 or (int(t.min()) >= 0 and int(t.max()) < len(labels))
-    # Triplets share one length; pairs come as (a1, p) and (a2, n) of their own lengths.
-    groups = [tuples] if expected == 3 else [tuples[:2], tuples[2:]]
-    for group in groups:
-        assert len({len(t) for t in group}) == 1, f"{name}: ragged tuple"
-    assert sum(len(t) for t in tuples) > 0, f"{name}: mined nothing on an easy batch"
-    y = labels
-    if expected == 4:
-        a1, p, a2, n = tuples
-        assert (y[a1] == y[p]).all() and (a1 != p).all()
-        assert (y[a2] != y[n]).all()
-    else:
-        a, p, n = tuples
-        regular = (y[a] == y[p]) & (a != p) & (y[n] != y[a])
-        if "rho_swap" in info.tags:
-            # ρ-regularisation: (a, a, p') with p' another sample of a's class.
-            regular |= (a == p) & (y[n] == y[a]) & (n != a)
-        assert regular.all(), f"{name}: invalid triplets"
-
-
-# -------------------------------------------------------------------------------------------------- regularizers
-
-
-def _step_for(info, ctx) -> tuple[StepOutput, list[torch.Tensor]]:
-    missing = set(info.requires) - PROVIDED
-    assert not missing, (f"regularizer {info.name!r} requires {sorted(missing)}, which the contract test cannot "
-                         "provide yet: extend PROVIDED and _step_for in tests/components/test_contracts.py")
-    features = torch.randn(BATCH, FEATURE_DIM, requires_grad=True)
-    projection = torch.randn(FEATURE_DIM, EMBEDDING_SIZE, requires_grad=True)
-    embeddings = torch.nn.functional.normalize(features @ projection, dim=1)
-    views = [torch.randn(BATCH, 3, 8, 8) for _ in range(2)]
-    step = StepOutput(embeddings=embeddings, labels=batch_labels(), features=features,
-                      feature_map=features[:, :, None, None].expand(-1, -1, 2, 2), loss_module=ctx.loss,
-                      indices=torch.arange(BATCH), views=views, epoch=1, step=1)
-    return step, [features, projection]
-
-
-@pytest.mark.parametrize("name", _names("regularizers"))
-def test_regularizer_builds_and_gives_finite_terms_and_gradients(name, seeded):
-    info = HOST.registry.get("regularizers", name)
-    ctx = make_context(loss=_loss_for(info.requires))
-    regularizer = build("regularizers", name, ctx)
-    step, inputs = _step_for(info, ctx)
-    out = regularizer(step)
-    terms = out if isinstance(out, dict) else {name: out}
-    assert terms, f"{name}: no term"
-    for key, term in terms.items():
-        assert term.dim() == 0 and torch.isfinite(term), f"{name}/{key}: {term}"
-    total = sum(terms.values())
-    if total.requires_grad:
-        total.backward()
-    own = list(regularizer.parameters()) if isinstance(regularizer, torch.nn.Module) else []
-    assert _assert_finite_grads([*inputs, *own, *ctx.loss.parameters()]) >= 1, f"{name}: no gradient"
+@pytest.mark.parametrize(("kind", "name"), [
+    (kind, name) for kind in ("losses", "miners", "regularizers", "samplers", "evaluators", "heads", "loggers")
+    for name in HOST.registry.names(kind)
+])
+def test_builtin_component_passes_its_contract(kind, name, seeded):
+    check_component(kind, name, host=HOST, **OPTIONS.get(f"{kind}.{name}", {}))
 
 
 # -------------------------------------------------------------------------------------------------- nested tables
@@ -234,50 +108,12 @@ def test_every_pml_regularizer_table_nests_in_a_loss(spec, seeded):
 # -------------------------------------------------------------------------------------------------- samplers
 
 
-def _sampler_context(info, labels: np.ndarray, batch_size: int = 16, seed: int = 3):
-    extras = {}
-    if "dataset:super_labels" in info.requires:
-        extras["train_super_labels"] = labels % 4
-    missing = set(info.requires) - {"dataset:super_labels"}
-    assert not missing, f"sampler {info.name!r} requires {sorted(missing)}: extend tests/components/test_contracts.py"
-    return make_context(train_labels=labels, batch_size=batch_size, seed=seed, extras=extras)
-
-
-def _uneven_labels() -> np.ndarray:
-    # 12 classes of sizes 3..14 (some smaller than a per-class group) in shuffled order.
-    rng = np.random.default_rng(0)
-    return rng.permutation(np.repeat(np.arange(12), np.arange(3, 15))).astype(np.int64)
-
-
-@pytest.mark.parametrize("name", _names("samplers"))
-def test_sampler_gives_full_reproducible_batches(name):
-    info = HOST.registry.get("samplers", name)
-    labels = _uneven_labels()
-    sampler = build("samplers", name, _sampler_context(info, labels))
-    assert len(sampler) == len(labels) // 16
-    sampler.set_epoch(1)
-    first = list(sampler)
-    assert len(first) == len(sampler)
-    for batch in first:
-        assert len(batch) == 16 and all(isinstance(i, int) and 0 <= i < len(labels) for i in batch)
-    assert list(sampler) == first, "iterating twice in one epoch must give the same batches"
-    again = build("samplers", name, _sampler_context(info, labels))
-    again.set_epoch(2)
-    second = list(again)
-    again.set_epoch(1)
-    assert list(again) == first, "batches must depend on (seed, epoch) only"
-    assert second != first, "different epochs must differ"
-    other_seed = build("samplers", name, _sampler_context(info, labels, seed=4))
-    other_seed.set_epoch(1)
-    assert list(other_seed) != first
-
-
 @pytest.mark.parametrize("name", _names("samplers"))
 def test_sampler_covers_classes_evenly(name):
     """Over many batches, class-aware samplers visit classes evenly and random follows the data."""
     info = HOST.registry.get("samplers", name)
-    labels = _uneven_labels()
-    sampler = build("samplers", name, _sampler_context(info, labels))
+    labels = uneven_labels()
+    sampler = build("samplers", name, sampler_context(HOST, info, labels))
     counts = np.zeros(12)
     for epoch in range(1, 41):
         sampler.set_epoch(epoch)
@@ -292,3 +128,107 @@ def test_sampler_covers_classes_evenly(name):
         expected = np.full(12, 1 / 12)
     assert np.abs(share - expected).max() < 0.25 * expected.max(), f"{name}: {np.round(share, 3)}"
     assert math.isclose(share.sum(), 1.0)
+
+
+# -------------------------------------------------------------------------------------------------- the checks fail
+
+
+class _Margin(Params):
+    margin: float = Field(0.2, description="Margin.")
+
+
+def _plugin(name: str, **hooks):
+    import types
+
+    module = types.ModuleType(name)
+    for hook, function in hooks.items():
+        setattr(module, hook, hookimpl(function))
+    return module
+
+
+def _loss_plugin(forward, tags=()):
+    def build_loss(params, ctx):
+        class Loss(torch.nn.Module):
+            def forward(self, embeddings, labels, indices_tuple=None):
+                return forward(embeddings, labels, indices_tuple)
+
+        return Loss()
+
+    def register_losses(register):
+        register("probe_loss", build_loss, params=_Margin, tags=tags)
+
+    return _plugin("probe_losses", register_losses=register_losses)
+
+
+def _pair_hinge(embeddings, labels, indices_tuple=None):
+    d = torch.cdist(embeddings, embeddings)
+    same = labels[:, None] == labels[None]
+    return (d[same].mean() + torch.relu(1 - d[~same]).mean())
+
+
+def test_check_plugin_passes_a_correct_plugin():
+    assert check_plugin(_loss_plugin(_pair_hinge)) == [("losses", "probe_loss")]
+
+
+@pytest.mark.parametrize(("forward", "tags", "message"), [
+    (lambda e, y, t=None: _pair_hinge(e, y) * float("nan"), (), "finite scalar"),
+    (lambda e, y, t=None: e.sum(1), (), "finite scalar"),
+    (lambda e, y, t=None: _pair_hinge(e.detach(), y) + torch.zeros((), requires_grad=True), (), "no gradient"),
+    (_pair_hinge, ("uses_tuples",), "uses_tuples"),
+    (lambda e, y, t=None: _pair_hinge(e, y) + (0 if t is None else 0.1 * len(t[0])), (), "uses_tuples"),
+    (_pair_hinge, ("has_parameters",), "has_parameters"),
+])
+def test_loss_check_catches_broken_losses(forward, tags, message):
+    with pytest.raises(ContractError, match=message):
+        check_plugin(_loss_plugin(forward, tags))
+
+
+def test_miner_check_catches_invalid_pairs():
+    def build_miner(params, ctx):
+        def mine(embeddings, labels):
+            idx = torch.arange(len(labels))
+            return idx, idx.roll(1), idx, idx  # negatives that are the anchor itself
+        return mine
+
+    def register_miners(register):
+        register("probe_miner", build_miner, tags=("pairs",))
+
+    with pytest.raises(ContractError, match="invalid positive pairs|invalid negative pairs"):
+        check_plugin(_plugin("probe_miners", register_miners=register_miners))
+
+
+def test_sampler_check_catches_unseeded_batches():
+    def build_sampler(params, ctx):
+        class Unseeded:
+            def __len__(self):
+                return len(ctx.train_labels) // ctx.batch_size
+
+            def set_epoch(self, epoch):
+                pass
+
+            def __iter__(self):
+                order = np.random.permutation(len(ctx.train_labels))  # ignores (seed, epoch)
+                return iter([[int(i) for i in order[b * 16:(b + 1) * 16]] for b in range(len(self))])
+
+        return Unseeded()
+
+    def register_samplers(register):
+        register("probe_sampler", build_sampler)
+
+    with pytest.raises(ContractError, match="same batches"):
+        check_plugin(_plugin("probe_samplers", register_samplers=register_samplers))
+
+
+def test_check_plugin_reports_a_plugin_that_fails_to_register():
+    def register_losses(register):
+        raise RuntimeError("boom")
+
+    with pytest.raises(ContractError, match="boom"):
+        check_plugin(_plugin("probe_broken", register_losses=register_losses))
+
+
+def test_example_third_party_plugin_passes_the_kit(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "dmlplug-example-loss"))
+    assert check_plugin("dmlplug_example_loss") == [("losses", "example_cosine_contrastive")]

@@ -1,0 +1,147 @@
+"""``dmlplug doctor``: what this installation can do, and what is broken, in one screen.
+
+Checks torch (and that torchvision matches it), CUDA and the GPUs, the faiss flavour (CPU or GPU build),
+pytorch-metric-learning, timm, TensorBoard and record-keeper, and every plugin with its load error.
+Each check is ``ok``, ``warn`` (works, with a limitation) or ``fail`` (something a recipe may need is
+broken); the command exits with status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+
+@dataclass
+class Check:
+    """One line of the diagnosis."""
+
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:200]
+
+
+def _torch_checks() -> list[Check]:
+    checks = []
+    try:
+        import torch
+    except Exception as exc:
+        return [Check("torch", "fail", f"cannot import torch ({_short(exc)})",
+                      "pip install -e . (torch and torchvision are pinned together in pyproject.toml)")]
+    checks.append(Check("torch", "ok", f"{torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"))
+    try:
+        import torchvision
+
+        checks.append(Check("torchvision", "ok", torchvision.__version__))
+    except Exception as exc:
+        checks.append(Check("torchvision", "fail", f"cannot import ({_short(exc)})",
+                            "install the torchvision build that matches torch (see pyproject.toml)"))
+    if torch.cuda.is_available():
+        gpus = [f"{i}: {torch.cuda.get_device_name(i)} "
+                f"({torch.cuda.get_device_properties(i).total_memory / 2**30:.0f} GiB)"
+                for i in range(torch.cuda.device_count())]
+        checks.append(Check("cuda", "ok", f"{len(gpus)} GPU(s): " + "; ".join(gpus)))
+    else:
+        fix = ("torch is a CUDA build: check the NVIDIA driver and CUDA_VISIBLE_DEVICES" if torch.version.cuda
+               else "on a GPU machine, install a CUDA build of torch")
+        checks.append(Check("cuda", "warn", "no usable GPU: runs use the CPU (device = \"auto\" picks it)", fix))
+    return checks
+
+
+def _faiss_check() -> Check:
+    try:
+        import faiss
+    except Exception as exc:
+        return Check("faiss", "warn", f"not importable ({_short(exc)}); the pure-torch kNN backend is used",
+                     "pip install faiss-cpu (or faiss-gpu-cu12 on a GPU machine)")
+    version = getattr(faiss, "__version__", "unknown")
+    if hasattr(faiss, "StandardGpuResources"):
+        gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        return Check("faiss", "ok", f"{version}, GPU build ({gpus} GPU(s) visible to faiss)")
+    return Check("faiss", "ok", f"{version}, CPU build (GPU kNN uses the torch backend)")
+
+
+def _package_check(name: str, module: str, dist: str, purpose: str, required: bool) -> Check:
+    if importlib.util.find_spec(module) is None:
+        return Check(name, "fail" if required else "warn", f"not installed ({purpose} unavailable)",
+                     f"pip install {dist}")
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        return Check(name, "fail", f"installed but fails to import ({_short(exc)})", f"pip install -U {dist}")
+    return Check(name, "ok", _version(dist) or "installed")
+
+
+def _plugin_checks(host: Any) -> list[Check]:
+    checks = []
+    for record in host.records.values():
+        origin = "built-in" if record.builtin else f"{record.distribution} {record.version}".strip()
+        if record.error:
+            checks.append(Check(f"plugin {record.name}", "fail", f"{origin}: LOAD ERROR: {record.error}",
+                                f"fix or uninstall {record.distribution or record.module}; "
+                                f"or set DMLPLUG_DISABLE_PLUGINS={record.name}"))
+        elif not record.builtin:
+            checks.append(Check(f"plugin {record.name}", "ok", f"{origin}: {', '.join(record.hooks)}"))
+    builtins = [r for r in host.records.values() if r.builtin and not r.error]
+    checks.insert(0, Check("built-in plugins", "ok", f"{len(builtins)} loaded"))
+    return checks
+
+
+def diagnose(host: Any = None) -> list[Check]:
+    """Run every check (imports torch, faiss and the logger packages)."""
+    from dmlplug import __version__
+
+    checks = [Check("python", "ok", f"{platform.python_version()} ({sys.executable})"),
+              Check("dmlplug", "ok", __version__)]
+    checks += _torch_checks()
+    checks.append(_faiss_check())
+    checks.append(_package_check("pytorch-metric-learning", "pytorch_metric_learning", "pytorch-metric-learning",
+                                 "losses and miners", required=True))
+    checks.append(_package_check("timm", "timm", "timm", "backbones", required=True))
+    checks.append(_package_check("tensorboard", "tensorboard", "tensorboard", "the tensorboard logger",
+                                 required=False))
+    checks.append(_package_check("record-keeper", "record_keeper", "record-keeper", "the record_keeper logger",
+                                 required=False))
+    if host is None:
+        from dmlplug.plugins import get_host
+
+        host = get_host()
+    checks += _plugin_checks(host)
+    return checks
+
+
+def render(checks: list[Check]) -> str:
+    """The checks as aligned text lines, with the fix under each problem."""
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status != "ok":
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    lines.append(f"{failed} problem(s), {warned} warning(s)")
+    return "\n".join(lines)
+
+
+def as_json(checks: list[Check]) -> list[dict[str, str]]:
+    """JSON-ready checks."""
+    return [asdict(c) for c in checks]

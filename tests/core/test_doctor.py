@@ -1,0 +1,50 @@
+"""`dmlplug doctor`: every check present, missing packages and broken plugins reported with a fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from e2e import run_cli
+
+from dmlplug.doctor import diagnose, render
+
+
+def test_reports_every_component_of_the_installation():
+    checks = {c.name: c for c in diagnose()}
+    for name in ("python", "dmlplug", "torch", "torchvision", "cuda", "faiss", "pytorch-metric-learning", "timm",
+                 "tensorboard", "record-keeper", "built-in plugins"):
+        assert name in checks, name
+    assert all(c.status in ("ok", "warn", "fail") for c in checks.values())
+    import torch
+
+    assert torch.__version__ in checks["torch"].detail
+    assert checks["cuda"].status == ("ok" if torch.cuda.is_available() else "warn")
+    assert ("GPU build" in checks["faiss"].detail) or ("CPU build" in checks["faiss"].detail)
+
+
+def test_missing_logger_package_is_a_warning_with_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "record_keeper" else real(name, *a))
+    check = next(c for c in diagnose() if c.name == "record-keeper")
+    assert check.status == "warn" and check.fix == "pip install record-keeper"
+    assert "fix: pip install record-keeper" in render(diagnose())
+
+
+def test_broken_plugin_fails_the_doctor(tmp_path):
+    # A distribution on the path whose `dmlplug` entry point cannot be imported.
+    site = tmp_path / "site"
+    info = site / "broken_probe-0.3.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-probe\nVersion: 0.3\n")
+    (info / "entry_points.txt").write_text("[dmlplug]\nbroken_probe = broken_probe\n")
+    (site / "broken_probe.py").write_text("raise ImportError('needs a library that is not installed')\n")
+    proc = run_cli("doctor", env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 1
+    assert "plugin broken_probe" in proc.stdout and "needs a library that is not installed" in proc.stdout
+    assert "DMLPLUG_DISABLE_PLUGINS=broken_probe" in proc.stdout
+    ok = run_cli("doctor", "--json", env={"PYTHONPATH": str(site), "DMLPLUG_DISABLE_PLUGINS": "broken_probe"})
+    rows = json.loads(ok.stdout)
+    assert not [r for r in rows if r["status"] == "fail"], rows
+    assert ok.returncode == 0

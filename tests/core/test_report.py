@@ -1,0 +1,122 @@
+"""`dmlplug report`: grouping by recipe, mean ± std over seeds, CSV, figures, metric vs FID."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+
+import pytest
+import tomli_w
+from e2e import run_cli
+
+from dmlplug.errors import DataError
+from dmlplug.report import build_report, write_report
+
+
+def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, curve=(), split=None):
+    """A run directory as `dmlplug run` writes it (only the files the report reads)."""
+    directory.mkdir(parents=True)
+    recipe = {"run": {"name": name, "seed": seed, "output_dir": "runs", "epochs": len(curve)},
+              "optimizer": {"lr": lr}, "evaluation": {"metric": "recall@1"},
+              "loss": {"name": "multi_similarity"}, "evaluators": [{"name": "recall", "k": [1, 2]}]}
+    if split is not None:
+        recipe["data"] = {"split_file": str(split[0]), "split_id": split[1]}
+    (directory / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
+    final = final or {}
+    (directory / "results.json").write_text(json.dumps({
+        "status": "completed", "name": name, "metrics": final, "best_metrics": best or final, "best_epoch": 1}))
+    lines = [json.dumps({"epoch": e, "step": 10 * e, "split": "test", "time": 0.0, **m}) for e, m in enumerate(curve)]
+    (directory / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    return directory
+
+
+def test_groups_seeds_and_reports_mean_and_sample_std(tmp_path):
+    finals = [0.50, 0.60, 0.70]
+    for seed, value in enumerate(finals):
+        fake_run(tmp_path / "a" / f"s{seed}", seed=seed, final={"recall@1": value, "map@r": value / 2},
+                 best={"recall@1": value + 0.1, "map@r": value / 2})
+    fake_run(tmp_path / "b", seed=0, lr=1e-2, final={"recall@1": 0.4, "map@r": 0.2})
+    report = build_report([tmp_path])
+    assert report.metrics == ["recall@1", "map@r"]  # the selection metric first
+    assert len(report.groups) == 2
+    seeds = next(g for g in report.groups if len(g.runs) == 3)
+    mean, std, n = seeds.stat("final", "recall@1")
+    assert n == 3 and mean == pytest.approx(statistics.mean(finals))
+    assert std == pytest.approx(statistics.stdev(finals))  # sample std (n - 1)
+    assert seeds.stat("best", "recall@1")[0] == pytest.approx(0.7)
+    # Same run name, different recipes: labels tell them apart by the differing value.
+    labels = sorted(g.label for g in report.groups)
+    assert labels == ["exp (optimizer.lr=0.001)", "exp (optimizer.lr=0.01)"]
+    text = report.markdown()
+    assert "| exp (optimizer.lr=0.001) | 3 | 0.6000 ± 0.1000 | 0.3000 ± 0.0500 | 0.7000 ± 0.1000 |" in text
+    assert "| exp (optimizer.lr=0.01) | 1 | 0.4000 | 0.2000 | 0.4000 | 0.2000 |" in text
+    rows = list(csv.DictReader(io.StringIO(report.csv())))
+    row = next(r for r in rows if r["runs"] == "3")
+    assert float(row["final/recall@1/mean"]) == pytest.approx(0.6) and row["seeds"] == "0 1 2"
+    assert float(row["final/recall@1/std"]) == pytest.approx(0.1)
+
+
+def test_writes_markdown_csv_and_learning_curves(tmp_path):
+    for seed in range(2):
+        fake_run(tmp_path / "runs" / f"s{seed}", seed=seed, final={"recall@1": 0.5},
+                 curve=[{"recall@1": 0.1}, {"recall@1": 0.3 + seed / 10}, {"recall@1": 0.5}])
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(tmp_path / "runs" / "s0" / "tb")) as writer:
+        for step in range(1, 4):
+            writer.add_scalar("train/loss/total", 1.0 / step, step)
+    out = tmp_path / "out" / "report.md"
+    report, text = write_report([tmp_path / "runs"], out)
+    assert out.read_text() == text
+    assert (tmp_path / "out" / "report.csv").is_file()
+    assert [r.loss_curve for r in report.groups[0].runs] == [[(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))], []]
+    curve = tmp_path / "out" / "report_figures" / "curve_recall_1.png"
+    loss = tmp_path / "out" / "report_figures" / "train_loss.png"
+    assert curve.read_bytes().startswith(b"\x89PNG") and report.figures == [curve, loss]
+    assert "![curve_recall_1](report_figures/curve_recall_1.png)" in text
+    assert not (tmp_path / "out" / "report_figures" / "metric_vs_fid.png").exists()  # no FIDs
+
+
+def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
+    from dmlplug.oodml import OodSplit, save_splits
+    from dmlplug.oodml.ags import ags
+
+    def split(i, fid):
+        return OodSplit(id=i, fid=fid, train=["a", "b"], test=["c"], split_train=["a"], split_val=["b"])
+
+    splits = save_splits(tmp_path / "splits.json", [split(1, 20.0), split(2, 60.0), split(3, 120.0)])
+    best = {1: [0.8, 0.6], 2: [0.5, 0.5], 3: [0.2, 0.4]}
+    for split_id, values in best.items():
+        for seed, value in enumerate(values):
+            fake_run(tmp_path / "runs" / f"split{split_id}_seed{seed}", name="sweep", seed=seed,
+                     final={"recall@1": value}, split=(splits, split_id))
+    out = tmp_path / "report.md"
+    report, text = write_report([tmp_path / "runs"], out)
+    assert [g.fid for g in report.groups] == [20.0, 60.0, 120.0]  # ordered by shift
+    assert report.ags["recall@1"] == pytest.approx(ags([20, 60, 120], [70.0, 50.0, 30.0]))
+    assert text.splitlines()[2].startswith("| run | seeds | FID | final recall@1 |")
+    assert (tmp_path / "report_figures" / "metric_vs_fid.png").read_bytes().startswith(b"\x89PNG")
+    assert "split_id=1" in " ".join(g.label for g in report.groups)
+
+
+def test_errors_name_the_problem(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        build_report([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no run directory"):
+        build_report([tmp_path / "empty"])
+    fake_run(tmp_path / "run", final={"recall@1": 0.5})
+    with pytest.raises(DataError, match="recall@9"):
+        build_report([tmp_path / "run"], metrics=["recall@9"])
+
+
+def test_cli_prints_the_report(tmp_path):
+    fake_run(tmp_path / "run", final={"recall@1": 0.25})
+    proc = run_cli("report", tmp_path / "run", "--csv", tmp_path / "t.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert "| exp | 1 | 0.2500 | 0.2500 |" in proc.stdout
+    assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,fid,final/recall@1/mean")
+    bad = run_cli("report", tmp_path / "nope")
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
