@@ -33,7 +33,7 @@ def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **opti
         overrides: ``"section.key=value"`` strings (as ``--set``) or a ``{"section.key": value}`` dict.
         **options: ``out`` (output directory), ``device``, ``quiet``.
     """
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
 
     return run_recipe(recipe, overrides=overrides, **options)
 

@@ -56,7 +56,7 @@ def cmd_run(
 
     RECIPE may also be an existing run directory, which is then continued (as with --resume).
     """
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
 
     result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet, resume=resume, force=force)
     summary = {"run_dir": str(result.directory), "initial": result.initial_metrics, "final": result.metrics}

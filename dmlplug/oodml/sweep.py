@@ -139,7 +139,7 @@ def run_sweep(
         split_ids: Only these splits (default: all).
         device: ``auto``/``cpu``/``cuda`` for every run.
         quiet: No progress bars.
-        runner: Replacement for :func:`dmlplug.engine.run.run_recipe` (tests).
+        runner: Replacement for :func:`dmlplug.engine.launch.run_recipe` (tests).
         echo: Where progress lines go.
 
     Raises:
@@ -149,7 +149,7 @@ def run_sweep(
     from dmlplug.recipe import override_pairs
 
     if runner is None:
-        from dmlplug.engine.run import run_recipe as runner
+        from dmlplug.engine.launch import run_recipe as runner
     if not seeds:
         raise RunError("no seeds given", where="--seeds", fix="e.g. --seeds 0,1,2")
     copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides)

@@ -170,7 +170,7 @@ def test_loss_embedding_must_name_a_head_output():
 
 
 def test_run_provides_views_ema_features_and_after_step_calls(tmp_path):
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
 
     host, built = _host(requires=("features", "feature_map", "views:2", "ema"))
     raw = _tiny(regularizers=[{"name": "probe"}])

@@ -122,7 +122,7 @@ name = "record_keeper"
 
 @pytest.fixture(scope="module")
 def logged_run(tmp_path_factory):
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
 
     out = tmp_path_factory.mktemp("loggers") / "run"
     result = run_recipe(recipe_dict(RECIPE), out=out, device="cpu", quiet=True)

@@ -168,7 +168,7 @@ def test_fewshot_command_end_to_end(tmp_path):
     import json
     import tomllib
 
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
     from dmlplug.oodml.fewshot import find_checkpoint
 
     run_dir = tmp_path / "run"

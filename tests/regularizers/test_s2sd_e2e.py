@@ -19,7 +19,7 @@ TINY = {
 
 
 def test_glyphs_s2sd_recipe_runs_end_to_end(tmp_path):
-    from dmlplug.engine.run import run_recipe
+    from dmlplug.engine.launch import run_recipe
 
     result = run_recipe(ROOT / "recipes" / "glyphs_s2sd.toml", {**TINY, "run.output_dir": str(tmp_path)},
                         device="cpu", quiet=True)
