@@ -13,6 +13,7 @@ from pydantic import Field
 
 from dmlplug import hookimpl
 from dmlplug.oodml.fewshot import FewShotSettings
+from dmlplug_builtins.oodml_commands import int_list
 
 
 class FewShotParams(FewShotSettings):
@@ -127,18 +128,6 @@ def register_evaluators(register: Any) -> None:
                          "zero-shot vs adapted recall@1 and map@1000, mean ± 95% CI over episodes).")
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    from dmlplug.errors import RecipeError
-
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise RecipeError(f"{option} must be comma-separated integers, got {text!r}", where=option) from None
-    if not values:
-        raise RecipeError(f"{option} is empty", where=option)
-    return values
-
-
 def _iterations(text: str | None) -> dict[int, int] | None:
     from dmlplug.errors import RecipeError
 
@@ -187,7 +176,7 @@ def register_commands(app: Any) -> None:
         from dmlplug.engine.device import resolve_device
         from dmlplug.oodml.fewshot import FewShotSettings, load_run, run_fewshot, split_file_episodes
 
-        settings_kwargs: dict[str, Any] = {"shots": _int_list(shots, "--shots"), "episodes": episodes, "lr": lr,
+        settings_kwargs: dict[str, Any] = {"shots": int_list(shots, "--shots"), "episodes": episodes, "lr": lr,
                                            "batch_size": batch_size, "beta": beta, "seed": seed}
         parsed = _iterations(iterations)
         if parsed is not None:

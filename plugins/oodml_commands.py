@@ -12,7 +12,8 @@ from typing import Any
 from dmlplug import hookimpl
 
 
-def _int_list(text: str, option: str) -> list[int]:
+def int_list(text: str, option: str) -> list[int]:
+    """``"2,5,10"`` -> ``[2, 5, 10]`` for a CLI option; a clear error for anything else."""
     from dmlplug.errors import RecipeError
 
     try:
@@ -84,7 +85,7 @@ def register_commands(app: Any) -> None:
                 dataset, _dataset_params(set_), extractor=spec, num_splits=num_splits,
                 swaps_per_iter=swaps_per_iter, iterations=iterations, history=history,
                 inverse_iterations=inverse_iterations, removal=removal, min_remaining=min_remaining,
-                shots=_int_list(shots, "--shots"), episodes=episodes, seed=seed)
+                shots=int_list(shots, "--shots"), episodes=episodes, seed=seed)
         for warning in caught:
             typer.echo(f"warning: {warning.message}", err=True)
         save_splits(out, split_file)
@@ -107,9 +108,9 @@ def register_commands(app: Any) -> None:
         """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
         from dmlplug.oodml.sweep import run_sweep
 
-        report = run_sweep(recipe, splits, seeds=_int_list(seeds, "--seeds"), sweep_dir=out,
+        report = run_sweep(recipe, splits, seeds=int_list(seeds, "--seeds"), sweep_dir=out,
                            overrides=list(set_ or []), device=device,
-                           split_ids=_int_list(split_ids, "--split-ids") if split_ids else None,
+                           split_ids=int_list(split_ids, "--split-ids") if split_ids else None,
                            echo=typer.echo)
         typer.echo(f"sweep {out}: {len(report.ran)} run(s) trained, {len(report.skipped)} skipped (finished), "
                    f"{len(report.restarted)} restarted; summarise with `dmlplug oodml summarize {out}`")

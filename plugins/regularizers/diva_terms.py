@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmlplug_builtins.revisiting_miners import DistanceWeightedMiner, _empty_triplets
+from dmlplug_builtins.revisiting_miners import DistanceWeightedMiner, _empty_triplets, distance_log_weights
 
 
 class GradientReversal(torch.autograd.Function):
@@ -123,8 +123,7 @@ def negative_weights(
     """
     s = similarities.detach().float()
     distances = (2.0 - 2.0 * s).clamp(min=0.0).sqrt()
-    clipped = distances.clamp(min=lower_cutoff, max=2.0 - 1e-6)
-    log_w = (2.0 - dim) * clipped.log() - ((dim - 3.0) / 2.0) * torch.log(1.0 - 0.25 * clipped.pow(2))
+    log_w = distance_log_weights(distances, dim, lower_cutoff)
     peak = log_w.max(dim=1, keepdim=True).values if normalize == "row" else log_w.max()
     weights = torch.exp(log_w - peak)
     weights = weights.masked_fill(distances > upper_cutoff, 0.0).clamp(min=1e-45)

@@ -15,9 +15,6 @@ def seeded():
 
 
 @pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny tensors: one thread avoids thread start-up and contention costs (20x faster on 2 shared cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(single_thread):
+    """Every component test runs single-threaded (fixture in tests/conftest.py)."""
     yield
-    torch.set_num_threads(previous)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from e2e import run_cli
+from e2e import broken_plugin_site, run_cli
 
 from dmlplug.doctor import diagnose, render
 
@@ -34,12 +34,8 @@ def test_missing_logger_package_is_a_warning_with_the_install_command(monkeypatc
 
 def test_broken_plugin_fails_the_doctor(tmp_path):
     # A distribution on the path whose `dmlplug` entry point cannot be imported.
-    site = tmp_path / "site"
-    info = site / "broken_probe-0.3.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-probe\nVersion: 0.3\n")
-    (info / "entry_points.txt").write_text("[dmlplug]\nbroken_probe = broken_probe\n")
-    (site / "broken_probe.py").write_text("raise ImportError('needs a library that is not installed')\n")
+    site = broken_plugin_site(tmp_path / "site", dist="broken-probe", module="broken_probe", entry="broken_probe",
+                              body="raise ImportError('needs a library that is not installed')\n")
     proc = run_cli("doctor", env={"PYTHONPATH": str(site)})
     assert proc.returncode == 1
     assert "plugin broken_probe" in proc.stdout and "needs a library that is not installed" in proc.stdout

@@ -1,10 +1,9 @@
 """Bad input: one clear message, exit status 2, no traceback (unless --debug), nothing written."""
 
-import textwrap
 
 import pytest
 import torch
-from e2e import TINY_RECIPE, run_cli
+from e2e import TINY_RECIPE, broken_plugin_site, run_cli
 
 
 def assert_clean_failure(proc, *needles):
@@ -72,20 +71,8 @@ def test_debug_shows_the_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
-def _broken_plugin_site(tmp_path):
-    site = tmp_path / "site"
-    dist = site / "broken_plugin-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[dmlplug]\nbroken = broken_plugin\n")
-    (site / "broken_plugin.py").write_text(textwrap.dedent("""
-        import this_dependency_does_not_exist
-    """))
-    return site
-
-
 def test_broken_plugin_is_reported_and_does_not_take_the_cli_down(tiny_recipe, tmp_path):
-    env = {"PYTHONPATH": str(_broken_plugin_site(tmp_path))}
+    env = {"PYTHONPATH": str(broken_plugin_site(tmp_path / "site"))}
     proc = run_cli("plugins", env=env)
     assert proc.returncode == 0
     assert "broken" in proc.stdout and "LOAD ERROR" in proc.stdout and "this_dependency_does_not_exist" in proc.stdout

@@ -19,13 +19,7 @@ from dmlplug.oodml.fewshot import (
     run_fewshot,
 )
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_episode_indices_split_support_and_queries():

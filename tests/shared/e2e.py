@@ -45,3 +45,15 @@ def run_cli(*args, env=None, cwd=None):
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "dmlplug", *map(str, args)], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=600)
+
+
+def broken_plugin_site(folder, *, dist="broken-plugin", module="broken_plugin", entry="broken",
+                       body="import this_dependency_does_not_exist\n"):
+    """A folder for PYTHONPATH holding an installed distribution whose `dmlplug` entry point fails to import."""
+    site = Path(folder)
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[dmlplug]\n{entry} = {module}\n")
+    (site / f"{module}.py").write_text(body)
+    return site
