@@ -50,24 +50,21 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from dmlplug.context import BuildContext
+    import dmlplug
     from dmlplug.data.transforms import build_transform
+
+    # The zero-shot side is the engine's own evaluation path (what a run does every epoch).
     from dmlplug.engine.data import TransformedSource, embed_loader, eval_loader
     from dmlplug.engine.model import EmbeddingModel
-    from dmlplug.oodml.features import build_dataset
-    from dmlplug.oodml.fewshot import FewShotSettings, retrieval_metrics, run_fewshot
-    from dmlplug.plugins import get_host
+    from dmlplug_builtins.oodml import FewShotSettings
+    from dmlplug_builtins.oodml.fewshot import retrieval_metrics, run_fewshot
 
-    bundle = build_dataset("glyphs", {"num_classes": 2 * args.classes, "images_per_class": args.images_per_class,
-                                      "image_size": args.glyph_size})
+    bundle = dmlplug.create("dataset", "glyphs", num_classes=2 * args.classes,
+                            images_per_class=args.images_per_class, image_size=args.glyph_size)
     test = bundle.test
-    registry = get_host().registry
-    ctx = BuildContext(device=args.device)
-    backbone_info = registry.get("backbones", "timm")
-    backbone = backbone_info.build(backbone_info.validate({"model": args.model}, where="--model"), ctx)
-    ctx.feature_dim = int(backbone.num_features)
-    head_info = registry.get("heads", "linear")
-    head = head_info.build(head_info.validate({"embedding_size": args.embedding}, where="--embedding"), ctx)
+    backbone = dmlplug.create("backbone", "timm", model=args.model, device=args.device)
+    head = dmlplug.create("head", "linear", embedding_size=args.embedding, feature_dim=int(backbone.num_features),
+                          device=args.device)
     model = EmbeddingModel(backbone, head).to(args.device).eval()
     transform = build_transform("test", augment="light", image_size=args.image_size)
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from scipy import linalg
 
-from dmlplug.oodml import frechet_distance, frechet_distance_from_moments
+from dmlplug_builtins.oodml.frechet import frechet_distance, frechet_distance_from_moments
 
 EPS = 1e-8
 

@@ -8,21 +8,25 @@ Example::
     import dmlplug
     result = dmlplug.run("recipes/quickstart.toml", overrides=["run.epochs=1"])
     loss = dmlplug.create("loss", "arcface", num_classes=10, embedding_size=64)
+    trained = dmlplug.load_run(result.directory)   # model, dataset, test transform of the trained run
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pluggy
 
+from dmlplug.context import BuildContext
 from dmlplug.params import Params
 
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
-__all__ = ["Params", "__version__", "create", "evaluate", "hookimpl", "run", "validate"]
+__all__ = ["BuildContext", "Params", "__version__", "create", "evaluate", "hookimpl", "load_run", "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -45,31 +49,34 @@ def validate(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -
     return load_recipe(recipe, overrides=overrides)
 
 
-def create(kind: str, name: str, ctx: Any = None, **params: Any) -> Any:
+def create(kind: str, name: str, ctx: BuildContext | None = None, **params: Any) -> Any:
     """Build any registered component, like ``timm.create_model``.
 
     Args:
         kind: Component kind, singular or plural (``"loss"``, ``"losses"`` ...).
         name: Registered name (``"arcface"``).
-        ctx: Optional :class:`dmlplug.context.BuildContext`; context fields may also be given as
-            keyword arguments (``num_classes=10``), everything else is a component parameter.
+        ctx: Optional :class:`dmlplug.context.BuildContext` (it is not modified); context fields may also be
+            given as keyword arguments (``num_classes=10``, ``train_super_labels=...``), everything else is a
+            component parameter. Without a host in the context, the process-wide plugin host builds it.
         **params: Component parameters and/or context fields.
+
+    Raises:
+        dmlplug.errors.ComponentError: No component of that kind and name.
+        dmlplug.errors.RecipeError: A parameter is invalid.
     """
-    from dataclasses import fields
+    import dataclasses
 
-    from dmlplug.context import BuildContext
-    from dmlplug.plugins import get_host
+    base = ctx if ctx is not None else BuildContext()
+    if base.host is None:
+        from dmlplug.plugins import get_host
 
-    host = get_host()
-    info = host.registry.get(kind, name)
-    context_fields = {f.name for f in fields(BuildContext)}
-    ctx_values = {k: params.pop(k) for k in list(params) if k in context_fields and k not in info.params.model_fields}
-    if ctx is None:
-        ctx = BuildContext(host=host, **ctx_values)
-    else:
-        for key, value in ctx_values.items():
-            setattr(ctx, key, value)
-    return info.build(info.validate(params, where=f"{info.kind}.{name}"), ctx)
+        base = dataclasses.replace(base, host=get_host())
+    registry = base.host.registry
+    info = registry.get(kind, name)
+    context_fields = {f.name for f in dataclasses.fields(BuildContext)}
+    changes = {k: params.pop(k) for k in list(params) if k in context_fields and k not in info.params.model_fields}
+    built_ctx = dataclasses.replace(base, **changes) if changes else base
+    return info.build(info.validate(params, where=f"{info.kind}.{name}", registry=registry), built_ctx)
 
 
 def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, **options: Any) -> dict[str, float]:
@@ -86,3 +93,39 @@ def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, 
     from dmlplug.evaluation.api import evaluate as _evaluate
 
     return _evaluate(embeddings, labels, evaluators=evaluators, **options)
+
+
+def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
+             overrides: Sequence[str] = ()) -> Any:
+    """Load a trained run: its recipe, dataset, test transform and model with the checkpoint's weights.
+
+    The dataset and model are built exactly as the training run built them (same recipe, same code), so
+    ``loaded.model`` embeds images as the trained model did. Only the dataset, backbone and head are built.
+
+    Example::
+
+        loaded = dmlplug.load_run("runs/quickstart/20250101-120000")
+        image = loaded.dataset.test.load_image(0)
+        embedding = loaded.model.embed(loaded.test_transform(image)[None])
+
+    Args:
+        path: A run directory, or a checkpoint file (``.pt``) written by ``dmlplug run``.
+        checkpoint: In a run directory, which checkpoint: ``"best"`` or ``"last"`` (the other one is taken
+            when it is missing).
+        device: Where the model is placed (``"cpu"``, ``"cuda"`` …).
+        overrides: ``"section.key=value"`` changes to the stored recipe (e.g. a dataset ``root`` on
+            another machine).
+
+    Returns:
+        A ``LoadedRun`` with ``recipe`` (validated, sections as attributes), ``resolved_recipe`` (a dict),
+        ``model`` (eval mode),
+        ``dataset``, ``test_transform``, ``checkpoint`` (the file used) and ``run_dir`` (``None`` for a
+        checkpoint file outside a run directory).
+
+    Raises:
+        dmlplug.errors.DataError: Nothing loadable at ``path``, or the weights do not fit the recipe.
+        dmlplug.errors.RecipeError: The stored recipe (with ``overrides``) does not validate.
+    """
+    from dmlplug.engine.loading import load_run as _load_run
+
+    return _load_run(path, checkpoint=checkpoint, device=device, overrides=overrides)

@@ -20,15 +20,22 @@ on the loggers of the current run.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+from dmlplug.protocols import Register, ReportSection, RunView
+
+if TYPE_CHECKING:
+    import typer
 
 hookspec = pluggy.HookspecMarker("dmlplug")
 
 
 @hookspec
-def register_backbones(register: Any) -> None:
+def register_backbones(register: Register) -> None:
     """Register backbones (images -> pooled features and feature map).
 
     Called once when the plugin manager is built. The factory returns a ``torch.nn.Module`` whose
@@ -36,7 +43,8 @@ def register_backbones(register: Any) -> None:
     ``None``) and which has an integer attribute ``num_features`` (F).
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -47,7 +55,7 @@ def register_backbones(register: Any) -> None:
 
 
 @hookspec
-def register_heads(register: Any) -> None:
+def register_heads(register: Register) -> None:
     """Register embedding heads (pooled features -> embedding).
 
     The factory gets ``ctx.feature_dim`` and returns a ``torch.nn.Module`` with ``forward(features)``
@@ -56,7 +64,8 @@ def register_heads(register: Any) -> None:
     evaluation embedding).
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -67,14 +76,15 @@ def register_heads(register: Any) -> None:
 
 
 @hookspec
-def register_losses(register: Any) -> None:
+def register_losses(register: Register) -> None:
     """Register metric-learning losses.
 
     The factory returns a module called as ``loss(embeddings, labels, indices_tuple)`` (the
     pytorch-metric-learning convention). ``ctx.num_classes`` and ``ctx.embedding_size`` are set.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -85,14 +95,15 @@ def register_losses(register: Any) -> None:
 
 
 @hookspec
-def register_miners(register: Any) -> None:
+def register_miners(register: Register) -> None:
     """Register tuple miners.
 
     The factory returns a module called as ``miner(embeddings, labels)`` that returns an index tuple
     (pairs ``(a1, p, a2, n)`` or triplets ``(a, p, n)``) as in pytorch-metric-learning.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -103,15 +114,16 @@ def register_miners(register: Any) -> None:
 
 
 @hookspec
-def register_regularizers(register: Any) -> None:
+def register_regularizers(register: Register) -> None:
     """Register regularizers: extra loss terms computed from the whole training step.
 
     The factory returns a ``torch.nn.Module`` whose ``forward(step)`` takes a
-    :class:`dmlplug.engine.step.StepOutput` and returns a scalar tensor or a dict of named scalar
+    :class:`dmlplug.step.StepOutput` and returns a scalar tensor or a dict of named scalar
     tensors. The engine adds ``weight * term`` to the loss and logs every term by name.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -122,14 +134,15 @@ def register_regularizers(register: Any) -> None:
 
 
 @hookspec
-def register_evaluators(register: Any) -> None:
+def register_evaluators(register: Register) -> None:
     """Register evaluators (embeddings and labels -> named metrics).
 
     The factory returns an object with ``evaluate(eval_ctx) -> dict[str, float]`` where ``eval_ctx`` is a
     :class:`dmlplug.evaluation.EvalContext` that computes the kNN graph once for all evaluators.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -140,7 +153,7 @@ def register_evaluators(register: Any) -> None:
 
 
 @hookspec
-def register_datasets(register: Any) -> None:
+def register_datasets(register: Register) -> None:
     """Register datasets.
 
     The factory returns a :class:`dmlplug.data.DatasetBundle` (train, test and optional validation
@@ -148,7 +161,8 @@ def register_datasets(register: Any) -> None:
     :class:`dmlplug.errors.DataError` that names the expected layout.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -159,14 +173,15 @@ def register_datasets(register: Any) -> None:
 
 
 @hookspec
-def register_samplers(register: Any) -> None:
+def register_samplers(register: Register) -> None:
     """Register batch samplers.
 
     The factory gets ``ctx.train_labels`` (int64 numpy array) and ``ctx.batch_size`` and returns an
     iterable of index lists (a ``torch.utils.data.Sampler`` yielding batches) with a defined ``len``.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -177,7 +192,7 @@ def register_samplers(register: Any) -> None:
 
 
 @hookspec
-def register_loggers(register: Any) -> None:
+def register_loggers(register: Register) -> None:
     """Register loggers.
 
     The factory returns an object implementing any of the lifecycle hooks below (with
@@ -185,7 +200,8 @@ def register_loggers(register: Any) -> None:
     run ends, so an installed but unused logger hears nothing.
 
     Args:
-        register: ``register(name, factory, *, params, description, aliases)``.
+        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
+            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -196,7 +212,7 @@ def register_loggers(register: Any) -> None:
 
 
 @hookspec
-def register_commands(app: Any) -> None:
+def register_commands(app: typer.Typer) -> None:
     """Add sub-commands to the ``dmlplug`` command line.
 
     Called when the CLI starts.
@@ -216,11 +232,12 @@ def register_commands(app: Any) -> None:
 
 
 @hookspec
-def on_run_start(run: Any) -> None:
+def on_run_start(run: RunView) -> None:
     """Called once the run is built, before the initial evaluation.
 
     Args:
-        run: The :class:`dmlplug.engine.run.Run` (recipe, run directory, model, components).
+        run: A read-only :class:`dmlplug.protocols.RunView` of the run (recipe, run directory, epoch,
+            step, model, components, device, latest metrics).
 
     Example::
 
@@ -231,7 +248,7 @@ def on_run_start(run: Any) -> None:
 
 
 @hookspec
-def on_epoch_start(run: Any, epoch: int) -> None:
+def on_epoch_start(run: RunView, epoch: int) -> None:
     """Called at the start of every training epoch.
 
     Args:
@@ -247,7 +264,7 @@ def on_epoch_start(run: Any, epoch: int) -> None:
 
 
 @hookspec
-def on_step_end(run: Any, step: int, losses: dict[str, float]) -> None:
+def on_step_end(run: RunView, step: int, losses: dict[str, float]) -> None:
     """Called after every optimizer step.
 
     Args:
@@ -264,7 +281,7 @@ def on_step_end(run: Any, step: int, losses: dict[str, float]) -> None:
 
 
 @hookspec
-def on_eval_end(run: Any, epoch: int, split: str, metrics: dict[str, float]) -> None:
+def on_eval_end(run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
     """Called after every evaluation.
 
     Args:
@@ -282,7 +299,7 @@ def on_eval_end(run: Any, epoch: int, split: str, metrics: dict[str, float]) -> 
 
 
 @hookspec
-def on_checkpoint(run: Any, path: Any) -> None:
+def on_checkpoint(run: RunView, path: Path) -> None:
     """Called after a checkpoint has been written (atomically) to ``path``.
 
     Args:
@@ -298,7 +315,7 @@ def on_checkpoint(run: Any, path: Any) -> None:
 
 
 @hookspec
-def on_run_end(run: Any, status: str, error: BaseException | None) -> None:
+def on_run_end(run: RunView, status: str, error: BaseException | None) -> None:
     """Called once when the run ends, whatever the outcome.
 
     Args:
@@ -311,4 +328,26 @@ def on_run_end(run: Any, status: str, error: BaseException | None) -> None:
         @hookimpl
         def on_run_end(run, status, error):
             print("run", status)
+    """
+
+
+@hookspec
+def report_section(groups: Sequence[Any], metrics: Sequence[str], figure_dir: Path | None) -> ReportSection | None:
+    """Add a section to ``dmlplug report`` (called once per report, on every plugin).
+
+    Args:
+        groups: The report's run groups (runs that differ only in their seed), each with ``label``, ``key``,
+            ``runs`` (each run with ``directory``, ``recipe`` as a dict, ``final`` and ``best`` metrics) and
+            ``stat(which, metric) -> (mean, std, n)`` over seeds (``which``: ``"final"`` or ``"best"``).
+        metrics: The metrics the report shows.
+        figure_dir: Where to write PNG figures, or ``None`` when the report draws none.
+
+    Returns:
+        A :class:`dmlplug.protocols.ReportSection`, or ``None`` when the plugin has nothing to add.
+
+    Example::
+
+        @hookimpl
+        def report_section(groups, metrics, figure_dir):
+            return ReportSection("Runs", markdown=f"{len(groups)} groups")
     """

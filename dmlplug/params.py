@@ -20,6 +20,22 @@ class Params(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False)
 
+    def extra_requires(self) -> tuple[str, ...]:
+        """Requirements that depend on parameter values, added to the registered ``requires``.
+
+        Override it when a need exists only for some values (DiVA needs a second view and the EMA model
+        only while its MoCo weight is positive: ``return ("views:2", "ema") if self.alpha_ssl > 0 else ()``).
+        ``dmlplug validate`` checks them like registered requirements.
+        """
+        return ()
+
+    def extra_tags(self) -> tuple[str, ...]:
+        """Capabilities that depend on parameter values, added to the registered ``tags``.
+
+        A timm backbone offers ``"feature_map"`` only for convolutional models, for example.
+        """
+        return ()
+
 
 class NoParams(Params):
     """Parameters of a component that takes none."""

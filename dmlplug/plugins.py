@@ -34,15 +34,17 @@ ENTRY_POINT_GROUP = "dmlplug"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.backbones",
     "dmlplug_builtins.heads",
-    "dmlplug_builtins.pml_components",
+    "dmlplug_builtins.pml",
+    "dmlplug_builtins.revisiting",
     "dmlplug_builtins.samplers",
     "dmlplug_builtins.evaluators",
     "dmlplug_builtins.datasets",
-    "dmlplug_builtins.regularizers",
+    "dmlplug_builtins.tcm",
+    "dmlplug_builtins.nir",
+    "dmlplug_builtins.diva",
+    "dmlplug_builtins.s2sd",
     "dmlplug_builtins.loggers",
-    "dmlplug_builtins.fewshot_evaluator",
-    "dmlplug_builtins.oodml_commands",
-    "dmlplug_builtins.record_keeper_logger",
+    "dmlplug_builtins.oodml",
 )
 
 

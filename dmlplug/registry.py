@@ -76,7 +76,7 @@ class ComponentInfo:
         plugin: Name of the plugin that registered it.
         aliases: Other names that resolve to this component.
         tags: Capabilities the component offers, checked by ``dmlplug validate``. Vocabulary:
-            losses: ``"proxies"`` (has class proxies, see :func:`dmlplug.engine.proxies.class_proxies`),
+            losses: ``"proxies"`` (has class proxies, see :func:`dmlplug.proxies.class_proxies`),
             ``"uses_tuples"`` (consumes a miner's ``indices_tuple``), ``"needs_num_classes"``,
             ``"has_parameters"``; miners: ``"pairs"`` or ``"triplets"``.
         requires: Capabilities the component needs from the rest of the recipe, as
@@ -94,18 +94,33 @@ class ComponentInfo:
     tags: frozenset[str] = frozenset()
     requires: frozenset[str] = frozenset()
 
-    def validate(self, raw: dict[str, Any] | None, where: str) -> Params:
+    def validate(self, raw: dict[str, Any] | None, where: str, *, registry: Registry | None = None) -> Params:
         """Validate raw recipe values into this component's params.
+
+        ``registry`` reaches the params model as pydantic validation context, ``{"registry": registry}``, so
+        a validator that checks a nested component table (a ``loss = {name = "contrastive"}`` parameter)
+        resolves the nested name in the same registry as the outer component rather than in the
+        process-wide plugin host. A plugin's validator reads it from its ``ValidationInfo`` and hands it on::
+
+            def check(table: dict, info: pydantic.ValidationInfo) -> dict:
+                registry = (info.context or {}).get("registry")
+                if registry is not None:
+                    registry.get("losses", table["name"]).validate(rest, where=..., registry=registry)
+                return table
+
+        The context holds ``None`` when the caller gave no registry; the validator then checks only what it
+        can without one (the registry used to build the component is not known there).
 
         Args:
             raw: The values from the recipe (without the ``name`` key).
             where: Recipe path used in error messages, e.g. ``"loss"`` or ``"regularizers[0]"``.
+            registry: The registry the surrounding recipe is resolved in; passed on, never looked up here.
 
         Raises:
             RecipeError: A key is unknown, has the wrong type or is out of range.
         """
         try:
-            return self.params.model_validate(raw or {})
+            return self.params.model_validate(raw or {}, context={"registry": registry})
         except ValidationError as exc:
             raise RecipeError(
                 f"invalid parameters for {singular(self.kind)} {self.name!r}:\n"
@@ -120,15 +135,33 @@ class ComponentInfo:
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[Params] | None = None) -> str:
-    """Render a pydantic error as ``path: message`` lines, suggesting names for unknown keys."""
+    """Render a pydantic error as ``path: message`` lines, suggesting names for unknown keys.
+
+    The one formatter for recipes, component parameters and other validated files.
+
+    Args:
+        exc: The pydantic error.
+        where: Prefix of every path (``"loss"``), or ``""`` for paths from the top of ``model``.
+        model: The validated model; unknown keys get "did you mean" suggestions from the fields of the
+            model they appear in (nested ``Params`` sections included).
+    """
     lines = []
-    known = list(model.model_fields) if model is not None else []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        path = f"{where}.{loc}" if loc else where
+        parts = [str(p) for p in err["loc"]]
+        loc = ".".join(parts)
+        path = f"{where}.{loc}" if where and loc else (loc or where)
         if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1]) if err["loc"] else ""
-            lines.append(f"  {path}: unknown key{did_you_mean(key, known)}")
+            # Walk down to the Params model that holds the unknown key; elsewhere (dict values, lists)
+            # the valid names are not known statically and nothing is suggested.
+            holder: type[Params] | None = model
+            for part in parts[:-1]:
+                field = holder.model_fields.get(part) if holder is not None else None
+                annotation = field.annotation if field is not None else None
+                holder = annotation if isinstance(annotation, type) and issubclass(annotation, Params) else None
+            known = list(holder.model_fields) if holder is not None else []
+            lines.append(f"  {path}: unknown key{did_you_mean(parts[-1] if parts else '', known)}")
+        elif err["type"] == "missing":
+            lines.append(f"  {path}: missing (required)")
         else:
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"

@@ -81,8 +81,8 @@ def render() -> str:
     """The whole of docs/components.md."""
     from dmlplug.plugins import PluginHost
     from dmlplug.registry import KINDS
-    from dmlplug_builtins.pml_catalog import DISTANCES, REDUCERS, REGULARIZERS
-    from dmlplug_builtins.pml_introspect import reducer_models, table_model
+    from dmlplug_builtins.pml.catalog import DISTANCES, REDUCERS, REGULARIZERS
+    from dmlplug_builtins.pml.introspect import reducer_models, table_model
 
     registry = PluginHost().load(entry_points=False).registry
     lines = ["# Components", "",

@@ -1,7 +1,7 @@
 """Write docs/hooks.md from the docstrings in dmlplug/hookspecs.py.
 
 Run ``python docs/generate_hooks.py`` after changing a hook; tests/core/test_docs.py fails when the
-committed file is stale.
+committed file is stale. Hooks appear in the order of the source file, under the heading of their group.
 """
 
 from __future__ import annotations
@@ -15,21 +15,45 @@ HEADER = """# Hooks reference
 Generated from `dmlplug/hookspecs.py` by `python docs/generate_hooks.py` — do not edit by hand.
 
 Implement a hook with `@dmlplug.hookimpl` on a module-level function (or a method of a registered object)
-with the same name and argument names. Registration hooks are called once when plugins load; lifecycle
-hooks are called during every run, on every plugin and on the run's loggers.
+with the same name and argument names (a subset of them is fine). The types in the signatures are public:
+`Register`, `RunView` and `ReportSection` are in `dmlplug.protocols` ([plugin-api.md](plugin-api.md)).
+Every hook has a test in `tests/hooks/` that implements it in a throwaway plugin.
 """
+
+#: (heading, introduction, predicate on the hook name), in the order of the document.
+GROUPS = (
+    ("Registration hooks", "Called once when plugins load; each receives a `register` callback.",
+     lambda name: name.startswith("register_") and name != "register_commands"),
+    ("The command line", "Called when the `dmlplug` command starts.", lambda name: name == "register_commands"),
+    ("Lifecycle hooks", "Called during every run, on every plugin and on the run's loggers; `run` is a read-only "
+     "`RunView`.", lambda name: name.startswith("on_")),
+    ("Reports", "Called by `dmlplug report`, once per report.", lambda name: name == "report_section"),
+)
+
+
+def hookspecs_in_order() -> list:
+    """Every hookspec function, in the order it is defined in dmlplug/hookspecs.py."""
+    from dmlplug import hookspecs
+
+    return [f for f in vars(hookspecs).values() if inspect.isfunction(f) and hasattr(f, "dmlplug_spec")]
 
 
 def render() -> str:
-    """The Markdown text of the hooks reference."""
-    from dmlplug import hookspecs
+    """The Markdown text of the hooks reference.
 
+    Raises:
+        ValueError: A hook belongs to no group (add it to ``GROUPS``).
+    """
+    hooks = hookspecs_in_order()
+    ungrouped = [f.__name__ for f in hooks if not any(match(f.__name__) for _, _, match in GROUPS)]
+    if ungrouped:
+        raise ValueError(f"hooks in no group of docs/generate_hooks.py: {ungrouped}")
     parts = [HEADER]
-    for name, func in inspect.getmembers(hookspecs, inspect.isfunction):
-        if not hasattr(func, "dmlplug_spec"):
-            continue
-        signature = str(inspect.signature(func)).replace("'", "")
-        parts.append(f"\n## `{name}{signature}`\n\n{inspect.cleandoc(func.__doc__ or '')}\n")
+    for heading, intro, match in GROUPS:
+        parts.append(f"\n## {heading}\n\n{intro}\n")
+        for func in (f for f in hooks if match(f.__name__)):
+            signature = str(inspect.signature(func)).replace("'", "")
+            parts.append(f"\n### `{func.__name__}{signature}`\n\n{inspect.cleandoc(func.__doc__ or '')}\n")
     return "".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""Write docs/recipes.md from the section models in dmlplug/recipe.py.
+"""Write docs/recipes.md from the section models in dmlplug/recipe/schema.py.
 
 Run ``python docs/generate_recipes.py`` after changing a recipe section; tests/core/test_docs.py fails
 when the committed file is stale.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 HEADER = """# Recipe reference
 
-Generated from `dmlplug/recipe.py` by `python docs/generate_recipes.py` — do not edit by hand.
+Generated from `dmlplug/recipe/schema.py` by `python docs/generate_recipes.py` — do not edit by hand.
 
 A recipe is a TOML file. Component tables (`[data.dataset]`, `[data.sampler]`, `[backbone]`, `[head]`,
 `[loss]`, `[miner]`, `[[regularizers]]`, `[[evaluators]]`, `[[loggers]]`) hold a `name` — a registered component,
@@ -45,7 +45,7 @@ def _default(field) -> str:
 
 def render() -> str:
     """The Markdown text of the recipe reference."""
-    from dmlplug import recipe as r
+    from dmlplug.recipe import schema as r
 
     sections = [
         ("[run]", r.RunSection), ("[data]", r.DataSection), ("[optimizer]", r.OptimizerSection),

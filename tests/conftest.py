@@ -17,3 +17,14 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def seeded():
+    """Seed torch and numpy's global generators, for tests that draw random tensors."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    yield

@@ -140,7 +140,7 @@ def query_gallery_masks(
 
 
 # ----------------------------------------------------------------------------------------------
-# Re-partitioning a dataset by class names (ooDML splits)
+# Re-partitioning a dataset by class names (recipe class lists, ooDML splits)
 
 
 class ClassSplitSource(ImageSource):
@@ -315,32 +315,21 @@ def did_you_mean_class(name: str, classes: object) -> str:
 
 
 def apply_recipe_classes(bundle: object, data: object) -> object:
-    """Apply a recipe's ``[data]`` class selection (``train_classes``/``test_classes`` or ``split_file``).
+    """Apply a recipe's ``[data]`` class selection (``train_classes`` / ``test_classes`` / ``val_classes``).
+
+    ooDML split files select classes through the dataset wrapper ``oodml_split`` of the ooDML plugin,
+    which calls :func:`split_by_class_names` itself.
 
     Args:
         bundle: The bundle the dataset component built.
-        data: The recipe's :class:`~dmlplug.recipe.DataSection`.
+        data: The recipe's ``[data]`` section.
 
     Returns:
         ``bundle`` unchanged when the recipe selects no classes, else the re-partitioned bundle.
 
     Raises:
-        DataError: The split file cannot be read, has no split with that id, or names unknown classes.
+        DataError: A class name is unknown, listed twice, or on two sides.
     """
-    if getattr(data, "split_file", None):
-        from dmlplug.oodml.splitfile import load_published_pickle, load_splits
-
-        path = str(data.split_file)
-        split_file = load_published_pickle(path) if path.endswith(".pkl") else load_splits(path)
-        ids = [s.id for s in split_file.splits]
-        if data.split_id not in ids:
-            raise DataError(f"split file {data.split_file} has no split with id {data.split_id}",
-                            where="[data] split_id", fix=f"use one of {ids}")
-        split = split_file.by_id(data.split_id)
-        where = f"[data] split_file = {data.split_file!r}, split_id = {data.split_id}"
-        if data.split_part == "few_shot_base":
-            return split_by_class_names(bundle, split.split_train, split.test, split.split_val, where=where)
-        return split_by_class_names(bundle, split.train, split.test, where=where)
     if getattr(data, "train_classes", None) is not None:
         return split_by_class_names(bundle, data.train_classes, data.test_classes, data.val_classes or None,
                                     where="[data] train_classes / test_classes / val_classes")

@@ -1,13 +1,18 @@
-"""Assemble every component of a run from a validated recipe."""
+"""Assemble every component of a run from a validated recipe.
+
+The dataset and the model are built by :func:`build_dataset` and :func:`build_model`, which both
+:func:`build_components` (a training run) and :func:`dmlplug.engine.loading.load_run` (a trained run) use, so
+the two can never disagree on how a recipe becomes a dataset and an embedding model.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dmlplug.context import BuildContext
 from dmlplug.errors import ComponentError, DataError, DmlplugError
-from dmlplug.recipe import ComponentSpec, ValidatedRecipe
 from dmlplug.registry import singular
 
 
@@ -36,16 +41,37 @@ class Components:
     warmup_epochs: int
     train_transform: Any = None
     test_transform: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    #: Engine services the components require (:class:`dmlplug.recipe.EngineNeeds`).
+    #: Engine services the components require (:class:`dmlplug.needs.EngineNeeds`).
     needs: Any = None
     #: Named embedding the loss and miner train on (``[loss] embedding``; "" = the evaluation embedding).
     loss_embedding: str = ""
     #: The EMA copy of the model, created by the run when a component requires ``"ema"``.
     ema_model: Any = None
 
+    def trainable(self) -> dict[str, Any]:
+        """The trained components besides the model, by recipe path: loss, miner (when present), regularizers.
 
-def build_component(spec: ComponentSpec, ctx: BuildContext) -> Any:
+        The one list the engine walks for device moves, train mode, after-step calls, broadcasts and
+        checkpoints; read afresh on every call, so it follows a component replaced after the build.
+        """
+        modules = {"loss": self.loss}
+        if self.miner is not None:
+            modules["miner"] = self.miner
+        for i, reg in enumerate(self.regularizers):
+            modules[f"regularizers[{i}]"] = reg.module
+        return modules
+
+    def by_path(self) -> dict[str, Any]:
+        """Every built component by recipe path (``"data.dataset"`` … ``"loggers[0]"``), as hooks see them."""
+        out = {"data.dataset": self.dataset, "data.sampler": self.sampler, "backbone": self.model.backbone,
+               "head": self.model.head, **self.trainable()}
+        for section, built in (("evaluators", self.evaluators), ("loggers", self.loggers)):
+            for i, (_, component) in enumerate(built):
+                out[f"{section}[{i}]"] = component
+        return out
+
+
+def build_component(spec: Any, ctx: BuildContext) -> Any:
     """Build one component; a failure inside a factory names the component and its plugin.
 
     Raises:
@@ -65,73 +91,90 @@ def build_component(spec: ComponentSpec, ctx: BuildContext) -> Any:
         ) from exc
 
 
-def build_components(recipe: ValidatedRecipe, ctx: BuildContext) -> Components:
-    """Build dataset, sampler, model, loss, miner, regularizers, evaluators and loggers, in that order."""
-    from dmlplug.data.transforms import build_train_views, build_transform
-    from dmlplug.engine.model import EmbeddingModel
-    from dmlplug.recipe import engine_needs
+def new_context(recipe: Any, *, device: str, host: Any, run_dir: Path | None = None,
+                quiet: bool = False) -> BuildContext:
+    """The :class:`BuildContext` a recipe's components are built with, before anything is built."""
+    return BuildContext(device=device, seed=recipe.recipe.run.seed, host=host, run_dir=run_dir, quiet=quiet,
+                        needs=recipe.needs, recipe_specs=dict(recipe.components),
+                        epochs=recipe.recipe.run.epochs, batch_size=recipe.recipe.data.batch_size)
 
-    r = recipe.recipe
-    needs = engine_needs(recipe, recipe.source)
-    dataset = build_component(recipe.components["data.dataset"], ctx)
-    _check_dataset(dataset, recipe.components["data.dataset"].name)
-    # ooDML / class-name splits ([data] split_file or train_classes): re-partition by class name.
+
+def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
+    """Build ``[data.dataset]`` (class selection applied) and fill the context's data fields.
+
+    Raises:
+        DataError: A split of the dataset is empty.
+    """
+    # train_classes / test_classes re-partition the bundle by class name.
     from dmlplug.data.splits import apply_recipe_classes
 
-    dataset = apply_recipe_classes(dataset, r.data)
+    spec = recipe.components["data.dataset"]
+    dataset = build_component(spec, ctx)
+    _check_dataset(dataset, spec.name)
+    dataset = apply_recipe_classes(dataset, recipe.recipe.data)
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
-    ctx.batch_size = r.data.batch_size
-    super_labels = (getattr(dataset.train, "attributes", None) or {}).get("super_labels")
-    if super_labels is not None:  # hierarchical samplers group classes by super-class
-        ctx.extras["train_super_labels"] = super_labels
-    ctx.epochs = r.run.epochs
-    sampler = build_component(recipe.components["data.sampler"], ctx)
-    ctx.steps_per_epoch = len(sampler)
+    # Hierarchical samplers group classes by super-class.
+    ctx.train_super_labels = (getattr(dataset.train, "attributes", None) or {}).get("super_labels")
+    return dataset
 
-    backbone_spec = recipe.components["backbone"]
-    backbone = build_component(backbone_spec, ctx)
+
+def build_model(recipe: Any, ctx: BuildContext) -> Any:
+    """Build backbone and head as one :class:`~dmlplug.engine.model.EmbeddingModel`; fill the model fields."""
+    from dmlplug.engine.model import EmbeddingModel
+
+    backbone = build_component(recipe.components["backbone"], ctx)
     ctx.feature_dim = int(backbone.num_features)
     head = build_component(recipe.components["head"], ctx)
     ctx.embedding_size = int(head.embedding_size)
     ctx.head = head
-    model = EmbeddingModel(backbone, head)
+    return EmbeddingModel(backbone, head)
 
-    loss_spec = recipe.components["loss"]
-    # Components that train their own instances of the recipe's loss (S2SD) rebuild it from its spec.
-    ctx.extras["loss_spec"] = loss_spec
-    ctx.extras["miner_spec"] = recipe.component("miner")
-    ctx.extras["engine_needs"] = needs
+
+def build_transforms(recipe: Any, dataset: Any, views: int = 1) -> tuple[Any, Any]:
+    """``(train transform, test transform)``; with ``views > 1`` the train transform gives that many views."""
+    from dmlplug.data.transforms import build_train_views, build_transform
+
+    data = recipe.recipe.data
+    augment = data.augment if data.augment != "auto" else getattr(dataset, "default_augment", "dml")
+    size, resize = data.image_size, data.resize_size
+    train = (build_transform("train", augment=augment, image_size=size, resize_size=resize) if views == 1
+             else build_train_views(augment=augment, image_size=size, views=views))
+    return train, build_transform("test", augment=augment, image_size=size, resize_size=resize)
+
+
+def build_components(recipe: Any, ctx: BuildContext) -> Components:
+    """Build dataset, sampler, model, loss, miner, regularizers, evaluators and loggers, in that order.
+
+    Args:
+        recipe: The :class:`~dmlplug.recipe.ValidatedRecipe`.
+        ctx: A context from :func:`new_context`; it is filled as components are built.
+    """
+    specs = recipe.components
+    dataset = build_dataset(recipe, ctx)
+    sampler = build_component(specs["data.sampler"], ctx)
+    ctx.steps_per_epoch = len(sampler)
+    model = build_model(recipe, ctx)
+    loss_spec = specs["loss"]
     loss = build_component(loss_spec, ctx)
     ctx.loss = loss
-    miner = build_component(recipe.components["miner"], ctx) if recipe.component("miner") else None
-    regularizers = [
-        Regularizer(spec.name, spec.options["weight"], build_component(spec, ctx))
-        for spec in recipe.list_components("regularizers")
-    ]
-    evaluators = [(spec.name, build_component(spec, ctx)) for spec in recipe.list_components("evaluators")]
-    loggers = [(spec.name, build_component(spec, ctx)) for spec in recipe.list_components("loggers")]
-
-    augment = r.data.augment if r.data.augment != "auto" else getattr(dataset, "default_augment", "dml")
-    size, resize = r.data.image_size, r.data.resize_size
+    miner = build_component(specs["miner"], ctx) if specs.get("miner") is not None else None
+    regularizers = [Regularizer(spec.name, spec.options["weight"], build_component(spec, ctx))
+                    for spec in _listed(specs, "regularizers")]
+    evaluators = [(spec.name, build_component(spec, ctx)) for spec in _listed(specs, "evaluators")]
+    loggers = [(spec.name, build_component(spec, ctx)) for spec in _listed(specs, "loggers")]
+    train_transform, test_transform = build_transforms(recipe, dataset, ctx.needs.views)
     return Components(
-        dataset=dataset,
-        sampler=sampler,
-        model=model,
-        loss=loss,
-        loss_weight=loss_spec.options["weight"],
-        miner=miner,
-        regularizers=regularizers,
-        evaluators=evaluators,
-        loggers=loggers,
-        warmup_epochs=backbone_spec.options["warmup_epochs"],
-        train_transform=(build_transform("train", augment=augment, image_size=size, resize_size=resize)
-                         if needs.views == 1 else build_train_views(augment=augment, image_size=size,
-                                                                    views=needs.views)),
-        test_transform=build_transform("test", augment=augment, image_size=size, resize_size=resize),
-        needs=needs,
-        loss_embedding=loss_spec.options.get("embedding", ""),
+        dataset=dataset, sampler=sampler, model=model, loss=loss, loss_weight=loss_spec.options["weight"],
+        miner=miner, regularizers=regularizers, evaluators=evaluators, loggers=loggers,
+        warmup_epochs=specs["backbone"].options["warmup_epochs"], train_transform=train_transform,
+        test_transform=test_transform, needs=ctx.needs, loss_embedding=loss_spec.options.get("embedding", ""),
     )
+
+
+def _listed(specs: dict[str, Any], section: str) -> list[Any]:
+    """Specs of a list section (``regularizers[0]``, ``regularizers[1]`` …) in recipe order."""
+    return [spec for path, spec in specs.items() if path.startswith(section + "[")]
 
 
 def _check_dataset(dataset: Any, name: str) -> None:

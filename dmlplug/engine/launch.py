@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dmlplug.checkpoints import load_checkpoint
+from dmlplug.devices import resolve_device
 from dmlplug.engine import distributed, rundir
 from dmlplug.engine import resume as _resume
-from dmlplug.engine.atomic import write_json, write_text
-from dmlplug.engine.checkpoint import load_checkpoint
-from dmlplug.engine.device import resolve_device
+from dmlplug.engine.batches import check_batch_size
 from dmlplug.engine.run import Run, RunResult
 from dmlplug.engine.seeding import configure_determinism
 from dmlplug.errors import RunError
+from dmlplug.files import write_json, write_text
 from dmlplug.plugins import PluginHost, get_host
 from dmlplug.recipe import ValidatedRecipe, load_recipe, override_pairs
 
@@ -75,7 +76,7 @@ def run_recipe(
 def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, device: str, *, out: Any, quiet: bool,
                    resume: bool, force: bool) -> RunResult:
     r = validated.recipe
-    distributed.check_batch_size(r.data.batch_size, info.world_size)
+    check_batch_size(r.data.batch_size, info.world_size)
     state, diff = None, []
     if resume:
         directory = Path(out) if out is not None else _resume.latest_run_directory(r.run.output_dir, r.run.name)
@@ -121,7 +122,7 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
     status, error = "failed", None
     previous_handlers = _install_signal_handlers(run)
     try:
-        host.pm.hook.on_run_start(run=run)
+        host.pm.hook.on_run_start(run=run.view)
         result = run.execute()
         status = "completed"
         if info.is_main:
@@ -138,7 +139,7 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
     finally:
         _restore_signal_handlers(previous_handlers)
         try:
-            host.pm.hook.on_run_end(run=run, status=status, error=error)
+            host.pm.hook.on_run_end(run=run.view, status=status, error=error)
         finally:
             for name in logger_names:
                 host.unregister_run_plugin(name)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dmlplug.errors import RecipeError, did_you_mean
+from dmlplug.protocols import HasOptimizerParamGroups
 
 
 @dataclass
@@ -26,11 +27,10 @@ def module_groups(module: Any, default_name: str) -> list[ParamGroup]:
     """Groups of one component: its own ``optimizer_param_groups()`` or all its parameters in one."""
     if module is None or not isinstance(module, nn.Module):
         return []
-    declared = getattr(module, "optimizer_param_groups", None)
-    if callable(declared):
+    if isinstance(module, HasOptimizerParamGroups):
         return [
             ParamGroup(g["name"], list(g["params"]), float(g.get("lr_mult", 1.0)), g.get("weight_decay"))
-            for g in declared()
+            for g in module.optimizer_param_groups()
         ]
     return [ParamGroup(default_name, list(module.parameters()))]
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.engine import rundir
-from dmlplug.engine.atomic import write_text
+from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RunError
+from dmlplug.files import write_text
 
 #: Log of every resume of a run directory (one JSON object per line).
 RESUME_LOG = "resume.jsonl"
@@ -58,26 +59,12 @@ def checkpoint_path(directory: Path) -> Path:
     return path
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(node, list) and any(isinstance(v, dict) for v in node):
-        out = {}
-        for i, value in enumerate(node):
-            out.update(_flatten(value, f"{prefix}[{i}]"))
-        return out
-    return {prefix: node}
-
-
 def recipe_diff(old_toml: str, new_toml: str) -> list[dict[str, Any]]:
     """Keys whose resolved values differ between two resolved recipes, as ``{key, old, new}`` records.
 
     A key missing on one side is reported with ``None`` there.
     """
-    old, new = _flatten(tomllib.loads(old_toml)), _flatten(tomllib.loads(new_toml))
+    old, new = flatten_recipe(tomllib.loads(old_toml)), flatten_recipe(tomllib.loads(new_toml))
     return [{"key": key, "old": old.get(key), "new": new.get(key)}
             for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
 

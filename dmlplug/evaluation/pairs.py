@@ -70,6 +70,61 @@ def get_pairs(ctx: EvalContext, mode: str = "auto", *, max_all_pairs: int = 20_0
     return ctx.cache[key]
 
 
+def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distances of ``n`` positive and ``n`` negative (query, gallery) pairs drawn uniformly with ``seed``.
+
+    Unlike :func:`get_pairs` (every pair, or a per-class sample sized by the data), this draws a fixed number
+    of pairs whatever the size of the evaluated set, for monitoring (the TensorBoard logger's distance
+    histograms): memory is O(n·D). Positive pairs: a random query that has another gallery item of its
+    class, and a uniformly drawn such item (never the query itself). Negative pairs: a random query and a
+    uniformly drawn gallery item of another class.
+
+    Args:
+        ctx: The evaluation context.
+        n: Pairs of each kind.
+        seed: Random seed.
+
+    Returns:
+        ``(positive, negative)`` float64 Euclidean distances (empty when no such pair exists).
+    """
+    rng = np.random.default_rng(seed)
+    x = ctx.numpy_embeddings()
+    q_index, g_index = ctx.query_index, ctx.gallery_index
+    g_labels = ctx.labels[g_index]
+    order = np.argsort(g_labels, kind="stable")
+    classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
+    pos = np.empty(0)
+    kept = ctx.knn_queries  # queries with at least one gallery item of their class (self excluded)
+    if len(kept):
+        rows = kept[rng.integers(0, len(kept), size=n)]
+        q = q_index[rows]
+        cls = np.searchsorted(classes, ctx.labels[q])
+        self_pos = ctx.self_pos[rows]
+        own = self_pos >= 0
+        slot = starts[cls] + (rng.random(n) * (counts[cls] - own)).astype(np.int64)
+        if own.any():
+            # Rank of the query inside its class block; draws at or after it move one slot on.
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            own_rank = np.where(own, rank[np.maximum(self_pos, 0)], np.iinfo(np.int64).max)
+            slot = slot + (slot >= own_rank)
+        pos = _pair_distances(x, q, g_index[order[slot]], ctx.budget_bytes)
+    # Negatives: a gallery item outside the query's class, by drawing a rank among the non-members.
+    neg = np.empty(0)
+    q_cls = np.searchsorted(classes, ctx.labels[q_index])
+    clipped = np.minimum(q_cls, len(classes) - 1)
+    present = (q_cls < len(classes)) & (classes[clipped] == ctx.labels[q_index])
+    members = np.where(present, counts[clipped], 0)
+    eligible = np.flatnonzero(len(g_index) - members > 0)
+    if len(eligible):
+        rows = eligible[rng.integers(0, len(eligible), size=n)]
+        m = members[rows]
+        start = np.where(m > 0, starts[clipped[rows]], 0)
+        r = (rng.random(n) * (len(g_index) - m)).astype(np.int64)
+        neg = _pair_distances(x, q_index[rows], g_index[order[np.where(r < start, r, r + m)]], ctx.budget_bytes)
+    return pos, neg
+
+
 def _sides(ctx: EvalContext) -> tuple[np.ndarray, np.ndarray]:
     return ctx.query_index, ctx.gallery_index
 

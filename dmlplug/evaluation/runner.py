@@ -8,6 +8,7 @@ from typing import Any
 
 from dmlplug.errors import ComponentError
 from dmlplug.evaluation.context import EvalContext
+from dmlplug.protocols import HasFigures, HasRequiredK, WritesArtifacts
 
 #: Key under which the number of lone queries is reported whenever a kNN metric was computed.
 EXCLUDED_KEY = "excluded_queries"
@@ -25,9 +26,8 @@ def run_evaluators(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, flo
     """
     evaluators = list(evaluators)
     for evaluator in evaluators:
-        required = getattr(evaluator, "required_k", None)
-        if required is not None:
-            ctx.request_k(required(ctx))
+        if isinstance(evaluator, HasRequiredK):
+            ctx.request_k(evaluator.required_k(ctx))
     metrics: dict[str, float] = {}
     owner: dict[str, str] = {}
     for evaluator in evaluators:
@@ -50,12 +50,14 @@ def run_evaluators(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, flo
 
 
 def write_all_artifacts(evaluators: Iterable[Any], ctx: EvalContext, directory: Path) -> list[Path]:
-    """Call ``write_artifacts(ctx, directory)`` on every evaluator that has it; returns the files written."""
+    """Call ``write_artifacts(ctx, directory)`` on every evaluator that has it; returns the files written.
+
+    The engine calls it once, after the last evaluation of a run (rank 0 only).
+    """
     written: list[Path] = []
     for evaluator in evaluators:
-        write = getattr(evaluator, "write_artifacts", None)
-        if write is not None:
-            written.extend(write(ctx, Path(directory)))
+        if isinstance(evaluator, WritesArtifacts):
+            written.extend(evaluator.write_artifacts(ctx, Path(directory)) or [])  # None: wrote nothing listed
     return written
 
 
@@ -63,7 +65,6 @@ def collect_figures(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, An
     """Merge the ``figures(ctx)`` dicts of the evaluators that have one (for the TensorBoard logger)."""
     figures: dict[str, Any] = {}
     for evaluator in evaluators:
-        make = getattr(evaluator, "figures", None)
-        if make is not None:
-            figures.update(make(ctx))
+        if isinstance(evaluator, HasFigures):
+            figures.update(evaluator.figures(ctx))
     return figures

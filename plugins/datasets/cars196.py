@@ -12,11 +12,12 @@ ignoring the release's own train/test flag. Three on-disk layouts are read (auto
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from dmlplug_builtins.datasets.common import assemble_bundle, missing_file_error, resolve_root
 
-from .common import FileDatasetParams
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import Cars196Params
 
 NAME = "cars196"
 
@@ -33,22 +34,10 @@ STANDARD = {"train_images": 8054, "train_classes": 98, "test_images": 8131, "tes
 TEST_ANNOS = "cars_test_annos_withlabels.mat"
 
 
-class Cars196Params(FileDatasetParams):
-    """Parameters of the CARS196 loader."""
-
-    root: str = Field("${DMLPLUG_DATA}/cars196", description="Folder of the extracted dataset.")
-    layout: Literal["auto", "annos_mat", "devkit", "folders"] = Field(
-        "auto", description="On-disk layout; 'auto' detects it from the files present.")
-    train_classes: int = Field(98, ge=1, description="Classes 1..N (official class index, or sorted "
-                               "folder name) are training classes, the others test classes (standard: 98).")
-
-
-def build_cars196(params: Cars196Params, ctx):
+def build_bundle(params: Cars196Params):
     """Build the CARS196 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug.data.files import FileImageSource
     from dmlplug.data.splits import split_by_class_order
-
-    from .common import assemble_bundle, resolve_root
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     layout = _detect_layout(root) if params.layout == "auto" else params.layout
@@ -64,8 +53,6 @@ def build_cars196(params: Cars196Params, ctx):
 
 
 def _detect_layout(root) -> str:
-    from .common import missing_file_error
-
     if (root / "cars_annos.mat").is_file():
         return "annos_mat"
     if (root / "devkit" / "cars_meta.mat").is_file():
@@ -76,8 +63,6 @@ def _detect_layout(root) -> str:
 
 
 def _require(path, root):
-    from .common import missing_file_error
-
     if not path.is_file():
         raise missing_file_error(NAME, path, LAYOUT, root=root)
     return path
@@ -128,8 +113,6 @@ def _read_devkit(root):
 def _read_folders(root):
     from dmlplug.data.files import list_class_folders, list_image_files
 
-    from .common import missing_file_error
-
     if not (root / "images").is_dir():
         raise missing_file_error(NAME, root / "images", LAYOUT, root=root)
     paths, class_ids, names = [], [], {}
@@ -139,9 +122,3 @@ def _read_folders(root):
         paths += files
         class_ids += [position] * len(files)
     return paths, class_ids, names
-
-
-def register_into(register) -> None:
-    """Register the CARS196 loader."""
-    register(NAME, build_cars196, params=Cars196Params, aliases=("cars",),
-             description="CARS196 from disk (devkit .mat or class folders); classes 1-98 train, 99-196 test.")

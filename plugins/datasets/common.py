@@ -1,7 +1,7 @@
-"""What every on-disk dataset loader shares: common parameters, root resolution, bundle assembly.
+"""What every on-disk dataset loader shares: root resolution, annotation reading, bundle assembly.
 
-Import-light (pydantic only at module level): the plugin host imports the loaders at start-up, numpy
-and the data modules are imported by the factories.
+The shared parameters are :class:`dmlplug_builtins.datasets.FileDatasetParams`. Loaders import numpy and the
+data modules inside their functions, so importing a loader stays cheap.
 """
 
 from __future__ import annotations
@@ -9,44 +9,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
-
-from dmlplug import Params
 from dmlplug.errors import DataError
+
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import FileDatasetParams
 
 log = logging.getLogger("dmlplug.data")
 
 DATA_ENV = "DMLPLUG_DATA"
-
-
-class FileDatasetParams(Params):
-    """Options shared by every dataset read from image files."""
-
-    val_classes: float = Field(
-        0,
-        ge=0,
-        description="Training classes held out as a class-disjoint validation split: a fraction in (0, 1) "
-        "or a whole count; 0 = no validation split.",
-    )
-    val_strategy: Literal["last", "random"] = Field(
-        "last", description="Which training classes become validation: the last ones in class order "
-        "(reference code) or a seeded random draw.")
-    val_seed: int = Field(0, description="Seed of the random validation class draw.")
-    decode_errors: Literal["fail", "skip"] = Field(
-        "fail", description="An image that cannot be decoded: 'fail' stops with the file name, 'skip' "
-        "logs it and serves another image of the same class.")
-    check_files: bool = Field(
-        True, description="Check at start-up that every listed image file exists (one directory "
-        "listing per folder).")
-
-    @field_validator("val_classes")
-    @classmethod
-    def _whole_count(cls, value: float) -> float:
-        if value >= 1 and value != int(value):
-            raise ValueError("a count of classes must be a whole number (or use a fraction below 1)")
-        return value
 
 
 def resolve_root(root: str, *, dataset: str, layout: str) -> Path:

@@ -9,9 +9,12 @@ complement.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import TYPE_CHECKING
 
-from .common import FileDatasetParams
+from dmlplug_builtins.datasets.common import assemble_bundle, missing_file_error, resolve_root
+
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import CsvParams
 
 NAME = "csv"
 
@@ -26,25 +29,10 @@ TRUE = {"1", "true", "yes", "y", "t"}
 FALSE = {"0", "false", "no", "n", "f", ""}
 
 
-class CsvParams(FileDatasetParams):
-    """Parameters of the CSV-list dataset."""
-
-    root: str = Field(description="Folder that relative image paths (and a relative file) start from.")
-    file: str = Field("images.csv", description="The CSV file, relative to root or absolute.")
-    path_column: str = Field("path", description="Column holding the image path.")
-    label_column: str = Field("label", description="Column holding the class name.")
-    split_column: str = Field("split", description="Column holding train / test / val.")
-    query_column: str = Field("query", description="Optional column flagging test queries.")
-    gallery_column: str = Field("gallery", description="Optional column flagging test gallery images.")
-    delimiter: str = Field(",", min_length=1, max_length=1, description="Field separator.")
-
-
-def build_csv(params: CsvParams, ctx):
+def build_bundle(params: CsvParams):
     """Build a bundle from a CSV list of images."""
     from dmlplug.data.splits import query_gallery_masks
     from dmlplug.errors import DataError
-
-    from .common import assemble_bundle, missing_file_error, resolve_root
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     csv_path = root / params.file
@@ -118,9 +106,3 @@ def _source(rows, root, split: str, params: CsvParams):
     return FileImageSource.from_class_keys(
         [str(root / r[0]) for r in rows], labels, class_order=order, name=f"{NAME}/{split}",
         decode_errors=params.decode_errors, check_files=params.check_files)
-
-
-def register_into(register) -> None:
-    """Register the CSV-list dataset."""
-    register(NAME, build_csv, params=CsvParams, aliases=("csv_list",),
-             description="Your own images listed in a CSV file (path, label, split, query/gallery flags).")

@@ -6,11 +6,12 @@ the classification split in ``train_test_split.txt`` is not used.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from dmlplug_builtins.datasets.common import assemble_bundle, missing_file_error, read_lines, resolve_root
 
-from .common import FileDatasetParams
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import Cub200Params
 
 NAME = "cub200"
 
@@ -27,23 +28,10 @@ ANNOTATIONS = ("images.txt", "image_class_labels.txt", "classes.txt")
 STANDARD = {"train_images": 5864, "train_classes": 100, "test_images": 5924, "test_classes": 100}
 
 
-class Cub200Params(FileDatasetParams):
-    """Parameters of the CUB200-2011 loader."""
-
-    root: str = Field("${DMLPLUG_DATA}/CUB_200_2011", description="Folder of the extracted archive.")
-    layout: Literal["auto", "official", "folders"] = Field(
-        "auto", description="'official': images.txt + image_class_labels.txt + classes.txt; 'folders': "
-        "only images/<NNN.Name>/ sub-folders; 'auto' picks the first that is present.")
-    train_classes: int = Field(100, ge=1, description="Classes with id 1..N are training classes, the "
-                               "others test classes (standard: 100).")
-
-
-def build_cub200(params: Cub200Params, ctx):
+def build_bundle(params: Cub200Params):
     """Build the CUB200-2011 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug.data.files import FileImageSource
     from dmlplug.data.splits import split_by_class_order
-
-    from .common import assemble_bundle, resolve_root
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     if not (root / "images").is_dir() and (root / "CUB_200_2011").is_dir():
@@ -61,8 +49,6 @@ def build_cub200(params: Cub200Params, ctx):
 
 
 def _detect_layout(root, requested: str) -> str:
-    from .common import missing_file_error
-
     if requested in ("auto", "official"):
         missing = [name for name in ANNOTATIONS if not (root / name).is_file()]
         if not missing:
@@ -77,8 +63,6 @@ def _detect_layout(root, requested: str) -> str:
 def _read_official(root):
     """Image paths, class ids and class names from the official annotation files."""
     from dmlplug.errors import DataError
-
-    from .common import read_lines
 
     names = {int(row[0]): row[1] for row in read_lines(root / "classes.txt")}
     relpaths = {row[0]: row[1] for row in read_lines(root / "images.txt")}
@@ -110,9 +94,3 @@ def _read_folders(root):
         paths += files
         class_ids += [int(prefix)] * len(files)
     return paths, class_ids, names
-
-
-def register_into(register) -> None:
-    """Register the CUB200-2011 loader."""
-    register(NAME, build_cub200, params=Cub200Params, aliases=("cub",),
-             description="CUB200-2011 birds from disk; classes 1-100 train, 101-200 test.")

@@ -10,11 +10,12 @@ Two arrangements (``split = "auto"`` picks ``subfolders`` when ``train/`` and ``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from dmlplug_builtins.datasets.common import assemble_bundle, missing_file_error, resolve_root
 
-from .common import FileDatasetParams
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import FolderParams
 
 NAME = "folder"
 
@@ -24,25 +25,9 @@ LAYOUT = """\
   images: .jpg .jpeg .png .bmp .gif .tif .tiff .webp; hidden files (._*) are ignored"""
 
 
-class FolderParams(FileDatasetParams):
-    """Parameters of the class-folder dataset."""
-
-    root: str = Field(description="Folder holding the class folders (or train/ and test/).")
-    split: Literal["auto", "subfolders", "classes"] = Field(
-        "auto", description="'subfolders': train/ and test/ each hold class folders; 'classes': root holds "
-        "class folders, split by class; 'auto': subfolders when train/ and test/ exist.")
-    train_dir: str = Field("train", description="Training folder under root (split = 'subfolders').")
-    test_dir: str = Field("test", description="Test folder under root (split = 'subfolders').")
-    train_classes: float = Field(
-        0.5, gt=0, description="With split = 'classes': fraction in (0, 1) or whole count of the sorted "
-        "classes used for training; the rest are test classes.")
-
-
-def build_folder(params: FolderParams, ctx):
+def build_bundle(params: FolderParams):
     """Build a bundle from class folders."""
     from dmlplug.data.splits import class_count, split_by_class_order
-
-    from .common import assemble_bundle, resolve_root
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     split = params.split
@@ -65,8 +50,6 @@ def _read_classes(directory, name: str, params: FolderParams):
     from dmlplug.data.files import FileImageSource, list_class_folders, list_image_files
     from dmlplug.errors import DataError
 
-    from .common import missing_file_error
-
     if not directory.is_dir():
         raise missing_file_error(NAME, directory, LAYOUT, root=directory.parent)
     paths, keys = [], []
@@ -79,9 +62,3 @@ def _read_classes(directory, name: str, params: FolderParams):
                         fix="expected layout:\n" + LAYOUT)
     return FileImageSource.from_class_keys(paths, keys, name=name, decode_errors=params.decode_errors,
                                            check_files=False)
-
-
-def register_into(register) -> None:
-    """Register the class-folder dataset."""
-    register(NAME, build_folder, params=FolderParams, aliases=("image_folder",),
-             description="Your own images, one sub-folder per class (train/test folders or a class split).")

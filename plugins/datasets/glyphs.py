@@ -5,8 +5,8 @@ seconds and cached as one ``.npz`` of uint8 arrays. Classes are characters group
 and symbol blocks), so a recipe can hold out half of every family's classes (``split = "interleaved"``,
 the usual zero-shot protocol) or whole families (``split = "families"``, a distribution shift).
 
-This module is imported when the plugin host starts: numpy, Pillow and matplotlib are imported inside
-the functions that need them.
+The parameters and the factory are in :mod:`dmlplug_builtins.datasets`. Importing this module is cheap:
+numpy, Pillow and matplotlib are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -17,71 +17,19 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field, field_validator
-
-from dmlplug import Params
 from dmlplug.errors import DataError
+from dmlplug_builtins.datasets import DEFAULT_TEST_FAMILIES
 
 if TYPE_CHECKING:
     import numpy as np
 
     from dmlplug.data import DatasetBundle
+    from dmlplug_builtins.datasets import GlyphsParams
     from dmlplug_builtins.datasets.glyph_render import GlyphArrays
 
-#: Families held out for testing by ``split = "families"`` unless the recipe names its own: scripts and
-#: symbol blocks of both kinds, about half of the classes of any catalogue prefix.
-DEFAULT_TEST_FAMILIES: tuple[str, ...] = (
-    "hebrew", "armenian", "georgian", "nko", "tifinagh", "canadian_syllabics",
-    "letterlike", "arrows", "geometric_shapes", "dingbats", "yijing",
-)
-
 _CACHE_ARRAYS = ("images", "labels", "class_names", "families")
-
-
-class GlyphsParams(Params):
-    """Parameters of the embedded ``glyphs`` dataset."""
-
-    num_classes: int = Field(
-        300, ge=2,
-        description="Number of character classes, shared out between the splits (the installed fonts give "
-                    "about 2300; fewer make the dataset faster to train on).")
-    images_per_class: int = Field(32, ge=2, le=1000, description="Images rendered per class.")
-    image_size: int = Field(32, ge=16, le=128, description="Side length in pixels of the square images.")
-    seed: int = Field(
-        0, ge=0,
-        description="Seed of the rendering variations and of the validation classes; independent of the "
-                    "run seed so that every run sees the same images.")
-    split: Literal["interleaved", "families"] = Field(
-        "interleaved",
-        description='"interleaved": every other class of each family is a test class (class-disjoint, '
-                    'same families); "families": whole families are test families (distribution shift).')
-    test_families: list[str] | None = Field(
-        None,
-        description='Families held out for testing when split = "families" (default: '
-                    + ", ".join(DEFAULT_TEST_FAMILIES) + ").")
-    val_fraction: float = Field(
-        0.0, ge=0.0, lt=1.0,
-        description="Fraction of the training classes moved to a validation split (0: no validation split).")
-    cache_dir: str | None = Field(
-        None, description="Folder of the generated-data cache (default: $DMLPLUG_CACHE or ~/.cache/dmlplug).")
-
-    @field_validator("test_families")
-    @classmethod
-    def _known_families(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return value
-        from dmlplug.errors import did_you_mean
-        from dmlplug_builtins.datasets.glyph_render import FAMILY_NAMES
-
-        for name in value:
-            if name not in FAMILY_NAMES:
-                raise ValueError(f"unknown glyph family {name!r}{did_you_mean(name, FAMILY_NAMES)}; "
-                                 f"families are: {', '.join(FAMILY_NAMES)}")
-        if not value:
-            raise ValueError("name at least one family to hold out")
-        return value
 
 
 def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int) -> GlyphArrays:
@@ -259,7 +207,7 @@ def split_glyph_classes(families: list[str], split: str = "interleaved",
     return {name: classes.astype(np.int64) for name, classes in splits.items()}
 
 
-def build_glyphs(params: GlyphsParams, ctx: Any) -> DatasetBundle:
+def build_bundle(params: GlyphsParams) -> DatasetBundle:
     """Build the ``glyphs`` dataset bundle (generated or read from the cache)."""
     import numpy as np
 
@@ -292,15 +240,3 @@ def build_glyphs(params: GlyphsParams, ctx: Any) -> DatasetBundle:
     }
     return DatasetBundle(train=sources["train"], test=sources["test"], val=sources.get("val"),
                          default_augment="light", info=info)
-
-
-def register_into(register: Any) -> None:
-    """Register the ``glyphs`` dataset through the host's ``register`` callback."""
-    register(
-        "glyphs",
-        build_glyphs,
-        params=GlyphsParams,
-        description="Embedded glyph images (characters in ~25 script/symbol families) rendered offline "
-                    "from matplotlib's fonts; no download.",
-        tags=("embedded",),
-    )

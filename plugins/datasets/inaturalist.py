@@ -9,11 +9,12 @@ list: every image of that species).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from dmlplug_builtins.datasets.common import assemble_bundle, log, missing_file_error, read_lines, resolve_root
 
-from .common import FileDatasetParams
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import INaturalistParams
 
 NAME = "inaturalist2018"
 
@@ -27,26 +28,8 @@ LAYOUT = """\
 STANDARD = {"train_images": 325846, "train_classes": 5690, "test_images": 136093, "test_classes": 2452}
 
 
-class INaturalistParams(FileDatasetParams):
-    """Parameters of the iNaturalist-2018 loader."""
-
-    root: str = Field("${DMLPLUG_DATA}/inaturalist2018", description="Folder holding the JSON files, the "
-                      "images and the split lists.")
-    annotation_files: list[str] = Field(
-        default_factory=lambda: ["train2018.json", "val2018.json"],
-        description="Competition annotation files (relative to root) whose images are pooled.")
-    train_list: str = Field("Inat_dataset_splits/Inaturalist_train_set1.txt",
-                            description="Training list (image paths or category ids), relative to root.")
-    test_list: str = Field("Inat_dataset_splits/Inaturalist_test_set1.txt",
-                           description="Test list (image paths or category ids), relative to root.")
-    val_strategy: Literal["last", "random"] = Field("random", description="Which training classes "
-                              "become validation; category ids follow taxonomy, so a seeded random draw.")
-
-
-def build_inaturalist(params: INaturalistParams, ctx):
+def build_bundle(params: INaturalistParams):
     """Build the iNaturalist-2018 bundle from the JSON annotations and the split lists."""
-    from .common import assemble_bundle, log, missing_file_error, resolve_root
-
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     for relative in (*params.annotation_files, params.train_list, params.test_list):
         if not (root / relative).is_file():
@@ -108,8 +91,6 @@ def _select(catalogue: _Catalogue, list_path) -> tuple[list[str], list[int]]:
     """Relative image paths and category ids named by one list file (image paths or category ids)."""
     from dmlplug.errors import DataError
 
-    from .common import read_lines
-
     paths, categories, unknown = [], [], []
     for row in read_lines(list_path):
         entry = row[0]
@@ -145,9 +126,3 @@ def _source(paths, categories, catalogue: _Catalogue, split: str, root, params: 
         decode_errors=params.decode_errors, check_files=params.check_files,
         attributes={"super_labels": np.asarray([super_index[catalogue.super_of[c]] for c in categories],
                                                dtype=np.int64)})
-
-
-def register_into(register) -> None:
-    """Register the iNaturalist-2018 loader."""
-    register(NAME, build_inaturalist, params=INaturalistParams, aliases=("inat2018",), tags=("super_labels",),
-             description="iNaturalist-2018 from its JSON annotations with class-disjoint train/test lists.")

@@ -8,11 +8,12 @@ names them in ``info["super_class_names"]``. Class names are the product ids of 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from dmlplug_builtins.datasets.common import assemble_bundle, missing_file_error, read_lines, resolve_root
 
-from .common import FileDatasetParams
+if TYPE_CHECKING:
+    from dmlplug_builtins.datasets import SopParams
 
 NAME = "sop"
 
@@ -28,23 +29,8 @@ LAYOUT = """\
 STANDARD = {"train_images": 59551, "train_classes": 11318, "test_images": 60502, "test_classes": 11316}
 
 
-class SopParams(FileDatasetParams):
-    """Parameters of the Stanford Online Products loader."""
-
-    root: str = Field("${DMLPLUG_DATA}/Stanford_Online_Products", description="Folder of the extracted "
-                      "archive.")
-    layout: Literal["auto", "official", "info_files"] = Field(
-        "auto", description="'official': Ebay_*.txt next to the image folders; 'info_files': "
-        "Info_Files/Ebay_*.txt with images under images/; 'auto' detects it.")
-    val_strategy: Literal["last", "random"] = Field(
-        "random", description="Which training classes become validation; SOP classes are grouped by "
-        "super-class, so the default is a seeded random draw rather than the last classes.")
-
-
-def build_sop(params: SopParams, ctx):
+def build_bundle(params: SopParams):
     """Build the Stanford Online Products bundle from Ebay_train.txt / Ebay_test.txt."""
-    from .common import assemble_bundle, resolve_root
-
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
     if not _has_official(root) and _has_official(root / "Stanford_Online_Products"):
         root = root / "Stanford_Online_Products"  # root points at the folder the zip was extracted into
@@ -61,8 +47,6 @@ def _has_official(root) -> bool:
 
 
 def _detect_layout(root, requested: str):
-    from .common import missing_file_error
-
     candidates = {"official": (root, root), "info_files": (root / "Info_Files", root / "images")}
     order = ["official", "info_files"] if requested == "auto" else [requested]
     for layout in order:
@@ -77,8 +61,6 @@ def _detect_layout(root, requested: str):
 def _read_split(path) -> list[tuple[int, int, str]]:
     """``(class_id, super_class_id, relative path)`` rows of one Ebay_*.txt file."""
     from dmlplug.errors import DataError
-
-    from .common import read_lines
 
     rows = []
     for number, row in enumerate(read_lines(path), start=1):
@@ -111,9 +93,3 @@ def _source(rows, image_dir, split: str, params: SopParams):
         [str(image_dir / r[2]) for r in rows], class_ids, class_names=names, name=f"{NAME}/{split}",
         decode_errors=params.decode_errors, check_files=params.check_files,
         attributes={"super_labels": np.asarray([r[1] - 1 for r in rows], dtype=np.int64)})
-
-
-def register_into(register) -> None:
-    """Register the Stanford Online Products loader."""
-    register(NAME, build_sop, params=SopParams, aliases=("stanford_online_products",), tags=("super_labels",),
-             description="Stanford Online Products from disk; Ebay_train/Ebay_test split, super-class labels.")

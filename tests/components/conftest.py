@@ -1,17 +1,8 @@
-"""Fixtures of the component tests."""
+"""Fixtures of the registry-wide component tests."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
-
-
-@pytest.fixture
-def seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    yield
 
 
 @pytest.fixture(autouse=True)

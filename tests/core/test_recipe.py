@@ -148,3 +148,20 @@ def test_engine_option_type_checked(tmp_path):
 def test_missing_file():
     with pytest.raises(RecipeError, match="not found"):
         load_recipe("no/such/recipe.toml", registry=_registry())
+
+
+class Required(Params):
+    size: int = Field(description="s")
+
+
+def test_one_formatter_for_recipe_sections_and_component_params(tmp_path):
+    reg = _registry()
+    reg.register_callback("losses", "t")("sized", lambda p, c: None, params=Required)
+    text = BASE.replace('name = "triplet"\nmargin = 0.3', 'name = "sized"') + "\n[evaluation]\nmetrik = 1\n"
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, text), registry=reg, environ={})
+    assert "evaluation.metrik: unknown key (did you mean 'metric'?)" in str(err.value)  # nested section
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, BASE.replace('name = "triplet"\nmargin = 0.3', 'name = "sized"')),
+                    registry=reg, environ={})
+    assert "loss.size: missing (required)" in str(err.value)  # component params use the same wording

@@ -1,4 +1,4 @@
-"""`dmlplug report`: grouping by recipe, mean ± std over seeds, CSV, figures, metric vs FID."""
+"""`dmlplug report`: grouping by recipe, mean ± std over seeds, CSV, figures, plugin sections (ooDML: metric vs FID)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, c
               "optimizer": {"lr": lr}, "evaluation": {"metric": "recall@1"},
               "loss": {"name": "multi_similarity"}, "evaluators": [{"name": "recall", "k": [1, 2]}]}
     if split is not None:
-        recipe["data"] = {"split_file": str(split[0]), "split_id": split[1]}
+        recipe["data"] = {"dataset": {"name": "oodml_split", "split_file": str(split[0]), "split_id": split[1],
+                                      "part": "zero_shot", "dataset": {"name": "glyphs"}}}
     (directory / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
     final = final or {}
     (directory / "results.json").write_text(json.dumps({
@@ -77,11 +78,13 @@ def test_writes_markdown_csv_and_learning_curves(tmp_path):
     assert curve.read_bytes().startswith(b"\x89PNG") and report.figures == [curve, loss]
     assert "![curve_recall_1](report_figures/curve_recall_1.png)" in text
     assert not (tmp_path / "out" / "report_figures" / "metric_vs_fid.png").exists()  # no FIDs
+    assert report.sections == [] and "FID" not in text
 
 
 def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
-    from dmlplug.oodml import OodSplit, save_splits
-    from dmlplug.oodml.ags import ags
+    from dmlplug_builtins.oodml.ags import ags
+    from dmlplug_builtins.oodml.report import group_fids, split_ags
+    from dmlplug_builtins.oodml.splitfile import OodSplit, save_splits
 
     def split(i, fid):
         return OodSplit(id=i, fid=fid, train=["a", "b"], test=["c"], split_train=["a"], split_val=["b"])
@@ -94,11 +97,42 @@ def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
                      final={"recall@1": value}, split=(splits, split_id))
     out = tmp_path / "report.md"
     report, text = write_report([tmp_path / "runs"], out)
-    assert [g.fid for g in report.groups] == [20.0, 60.0, 120.0]  # ordered by shift
-    assert report.ags["recall@1"] == pytest.approx(ags([20, 60, 120], [70.0, 50.0, 30.0]))
+    fids = group_fids(report.groups)
+    assert [fids[g.key] for g in report.groups] == [20.0, 60.0, 120.0]  # ordered by shift (split id)
+    expected = ags([20, 60, 120], [70.0, 50.0, 30.0])
+    assert split_ags(report.groups, fids, report.metrics)["recall@1"] == pytest.approx(expected)
+    assert f"recall@1 {expected:.2f}" in text and "## ooDML" in text
     assert text.splitlines()[2].startswith("| run | seeds | FID | final recall@1 |")
-    assert (tmp_path / "report_figures" / "metric_vs_fid.png").read_bytes().startswith(b"\x89PNG")
+    assert [line.split(" | ")[2] for line in text.splitlines()[4:7]] == ["20.00", "60.00", "120.00"]
+    figure = tmp_path / "report_figures" / "metric_vs_fid.png"
+    assert figure.read_bytes().startswith(b"\x89PNG") and figure in report.figures
     assert "split_id=1" in " ".join(g.label for g in report.groups)
+    assert [r["FID"] for r in csv.DictReader(io.StringIO(report.csv()))] == ["20.00", "60.00", "120.00"]
+    # The split file is also found relative to the run directory (runs moved with their split file).
+    moved = tmp_path / "moved"
+    fake_run(moved / "run", name="sweep", final={"recall@1": 0.5}, split=("../splits.json", 2))
+    (moved / "splits.json").write_bytes(splits.read_bytes())
+    assert list(group_fids(build_report([moved]).groups).values()) == [60.0]
+
+
+def test_a_failing_plugin_section_does_not_break_the_report(tmp_path):
+    from dmlplug import hookimpl
+    from dmlplug.plugins import get_host
+
+    class Broken:
+        @staticmethod
+        @hookimpl
+        def report_section(groups, metrics):
+            raise RuntimeError("boom")
+
+    fake_run(tmp_path / "run", final={"recall@1": 0.25})
+    host = get_host()
+    host.pm.register(Broken, name="broken-report")
+    try:
+        text = build_report([tmp_path / "run"]).markdown()
+    finally:
+        host.pm.unregister(name="broken-report")
+    assert "## broken-report (failed)" in text and "RuntimeError: boom" in text
 
 
 def test_errors_name_the_problem(tmp_path):
@@ -117,6 +151,6 @@ def test_cli_prints_the_report(tmp_path):
     proc = run_cli("report", tmp_path / "run", "--csv", tmp_path / "t.csv")
     assert proc.returncode == 0, proc.stderr
     assert "| exp | 1 | 0.2500 | 0.2500 |" in proc.stdout
-    assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,fid,final/recall@1/mean")
+    assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,final/recall@1/mean")
     bad = run_cli("report", tmp_path / "nope")
     assert bad.returncode == 2 and "does not exist" in bad.stderr

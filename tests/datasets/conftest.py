@@ -187,16 +187,14 @@ def make_inaturalist(base: Path, *, class_lists: bool = False) -> Path:
 
 @pytest.fixture
 def build():
-    """Build a registered dataset from one of the loader modules, without the plugin host."""
+    """Build a dataset registered by the datasets plugin's hook, without the plugin host."""
     from dmlplug.context import BuildContext
     from dmlplug.registry import Registry
+    from dmlplug_builtins.datasets import register_datasets
 
-    def _build(module_name: str, dataset: str, **params):
-        import importlib
-
+    def _build(dataset: str, **params):
         registry = Registry()
-        importlib.import_module(f"dmlplug_builtins.datasets.{module_name}").register_into(
-            registry.register_callback("datasets", "builtin"))
+        register_datasets(registry.register_callback("datasets", "builtin"))
         info = registry.get("datasets", dataset)
         return info.build(info.validate(params, where="data.dataset"), BuildContext())
 

@@ -9,7 +9,7 @@ import pytest
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
-# recipe -> (dataset module, embedding size, epochs)
+# recipe -> (dataset name, embedding size, epochs)
 BENCHMARKS = {
     "cub_margin.toml": ("cub200", 128, 150),
     "cars_multisimilarity.toml": ("cars196", 128, 150),
@@ -41,14 +41,12 @@ def test_recipe_follows_the_paper_protocol(name):
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_dataset_section_validates_against_the_loader(build, name):
     from dmlplug.registry import Registry
+    from dmlplug_builtins.datasets import register_datasets
 
-    module = BENCHMARKS[name][0]
     dataset = dict(_load(name)["data"]["dataset"])
+    assert dataset["name"] == BENCHMARKS[name][0]
     registry = Registry()
-    import importlib
-
-    importlib.import_module(f"dmlplug_builtins.datasets.{module}").register_into(
-        registry.register_callback("datasets", "builtin"))
+    register_datasets(registry.register_callback("datasets", "builtin"))
     registry.get("datasets", dataset.pop("name")).validate(dataset, where="data.dataset")
 
 
@@ -57,7 +55,6 @@ def test_dataset_section_builds_from_DMLPLUG_DATA(build, trees, tmp_path, monkey
     getattr(trees, make)(tmp_path)
     monkeypatch.setenv("DMLPLUG_DATA", str(tmp_path))
     dataset = dict(_load(name)["data"]["dataset"])
-    module = BENCHMARKS[name][0]
-    bundle = build(module, dataset.pop("name"), **dataset)
+    bundle = build(dataset.pop("name"), **dataset)
     assert len(bundle.train) > 0 and len(bundle.test) > 0
     assert bundle.info["root"].startswith(str(tmp_path))

@@ -16,10 +16,8 @@ from PIL import Image
 import dmlplug
 from dmlplug.errors import DataError, RecipeError
 from dmlplug.plugins import PluginHost
-from dmlplug_builtins.datasets import glyph_render
+from dmlplug_builtins.datasets import DEFAULT_TEST_FAMILIES, GlyphsParams, glyph_render
 from dmlplug_builtins.datasets.glyphs import (
-    DEFAULT_TEST_FAMILIES,
-    GlyphsParams,
     cache_file,
     generate_glyphs,
     load_glyphs,

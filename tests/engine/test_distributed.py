@@ -20,6 +20,7 @@ import torch
 from e2e import ROOT
 
 from dmlplug.engine import distributed
+from dmlplug.engine.batches import BatchPlan, check_batch_size
 
 STEPS, BATCH, DIM, CLASSES = 3, 16, 6, 4
 
@@ -94,7 +95,7 @@ def _worker(rank, world, port, out_dir):
         gatherer.attach(model)
         trained = _train(model, proxy, triplet, miner, batches, optimizer, rank, world, gatherer)
         emb, labels = distributed.embed_dataset(_Embedder(), _Items(7), batch_size=2, workers=0, device="cpu")
-        plan = distributed.BatchPlan([list(range(8)), list(range(8, 16)), list(range(16, 24))], rank, world)
+        plan = BatchPlan([list(range(8)), list(range(8, 16)), list(range(16, 24))], rank, world)
         plan.set_epoch(1, skip=1)
         torch.save({"trained": trained, "emb": emb, "labels": labels, "plan": list(plan),
                     "info": distributed.current()}, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -135,9 +136,9 @@ def test_batch_plan_seeds_samples_by_global_position():
     from dmlplug.engine.seeding import sample_seed
 
     batches = [[5, 6, 7, 8], [1, 2, 3, 4]]
-    whole = distributed.BatchPlan(batches, seed=9)
+    whole = BatchPlan(batches, seed=9)
     whole.set_epoch(3)
-    halves = [distributed.BatchPlan(batches, rank, 2, seed=9) for rank in (0, 1)]
+    halves = [BatchPlan(batches, rank, 2, seed=9) for rank in (0, 1)]
     for plan in halves:
         plan.set_epoch(3)
     seeds = [[i.seed for i in b] for b in whole]
@@ -151,8 +152,8 @@ def test_batch_size_must_split_over_the_ranks():
     from dmlplug.errors import RunError
 
     with pytest.raises(RunError, match="not divisible by the 3 processes"):
-        distributed.check_batch_size(32, 3)
-    distributed.check_batch_size(32, 2)
+        check_batch_size(32, 3)
+    check_batch_size(32, 2)
 
 
 DDP_SETS = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8",

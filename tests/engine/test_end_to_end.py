@@ -25,7 +25,7 @@ def test_python_api_run_writes_a_complete_run_directory(tiny_recipe, tmp_path):
     assert [line["epoch"] for line in lines] == [0, 1, 2]
     env = json.loads((run_dir / "environment.json").read_text())
     assert env["device"] == "cpu" and env["seed"] == 0 and env["knn_backend"] in ("faiss-cpu", "torch")
-    assert any(p["name"] == "pml_components" for p in env["plugins"])
+    assert any(p["name"] == "pml" for p in env["plugins"])  # the pytorch-metric-learning built-ins
     resolved = tomllib.loads((run_dir / "recipe.resolved.toml").read_text())
     assert resolved["run"]["epochs"] == 2 and resolved["loss"]["name"] == "multi_similarity"
     assert resolved["data"]["dataset"]["images_per_class"] == 8  # defaults and overrides are recorded

@@ -221,7 +221,7 @@ def test_ema_parameters_never_enter_the_optimizer(tmp_path):
     built[0].held = run.components.ema_model
     in_optimizer = {id(p) for g in run.optimizer.param_groups for p in g["params"]}
     assert not in_optimizer & {id(p) for p in run.components.ema_model.parameters()}
-    assert run.ema_momentum == 0.75
+    assert run.training.ema_momentum == 0.75
 
 
 def test_loss_and_miner_train_the_named_embedding(tmp_path):
@@ -241,7 +241,7 @@ def test_loss_and_miner_train_the_named_embedding(tmp_path):
     c.miner = lambda emb, labels: seen.setdefault("miner", emb) is not None and miner(emb, labels)
     images = torch.randn(8, 3, 32, 32)
     labels = torch.arange(4).repeat_interleave(2)
-    run._forward_terms(images, labels, torch.arange(8))
+    run.train_step.forward_terms(images, labels, torch.arange(8), epoch=1, step=1)
     assert seen["loss"][0].shape == (8, 24) and seen["miner"].shape == (8, 24)
     # The evaluation embedding (weighted concatenation) is unchanged: 8 + 24 dims.
     assert run.model(images).embedding.shape == (8, 32)

@@ -9,22 +9,23 @@ import torch
 from test_resume import SMALL
 
 import dmlplug
-from dmlplug.engine import checkpoint as checkpoint_module
+from dmlplug import checkpoints as checkpoint_module
 from dmlplug.engine.run import Run
+from dmlplug.engine.train_step import TrainStep
 from dmlplug.errors import RunError
 
 
 def test_non_finite_term_stops_with_its_name_and_step_keeping_the_last_checkpoint(tiny_recipe, tmp_path,
                                                                                     monkeypatch):
-    original = Run._forward_terms
+    original = TrainStep.forward_terms
 
     def poisoned(self, *args, **kwargs):
-        terms = original(self, *args, **kwargs)
-        if self.step == 3:
+        terms, output = original(self, *args, **kwargs)
+        if kwargs["step"] == 3:
             terms["spread/inner"] = terms["loss"] * float("inf")
-        return terms
+        return terms, output
 
-    monkeypatch.setattr(Run, "_forward_terms", poisoned)
+    monkeypatch.setattr(TrainStep, "forward_terms", poisoned)
     with pytest.raises(RunError, match=r"loss term 'spread/inner' is inf at step 3 \(epoch 1\)"):
         dmlplug.run(tiny_recipe, overrides=SMALL, out=tmp_path / "r", quiet=True)
     state = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=False)

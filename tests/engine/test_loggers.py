@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from e2e import TINY_RECIPE
 
+from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RecipeError
 from dmlplug.evaluation import EvalContext
-from dmlplug_builtins.loggers import flatten_hparams, sample_pair_distances
+from dmlplug.evaluation.pairs import sample_pair_distances
+from dmlplug_builtins.loggers.tensorboard_logger import hparam_values
 
 # ------------------------------------------------------------------------------------------ pair sampling
 
@@ -65,8 +67,11 @@ def test_positive_partners_are_drawn_uniformly():
 
 
 def test_flatten_hparams():
-    flat = flatten_hparams({"run": {"epochs": 2, "name": "x"}, "evaluators": [{"name": "recall", "k": [1, 2]}],
-                            "head": {"dropout": None}})
+    recipe = {"run": {"epochs": 2, "name": "x"}, "evaluators": [{"name": "recall", "k": [1, 2]}],
+              "head": {"dropout": None}}
+    assert flatten_recipe(recipe) == {"run.epochs": 2, "run.name": "x", "evaluators[0].name": "recall",
+                                      "evaluators[0].k": [1, 2], "head.dropout": None}
+    flat = hparam_values(flatten_recipe(recipe))
     assert flat == {"run.epochs": 2, "run.name": "x", "evaluators[0].name": "recall", "evaluators[0].k": "[1, 2]",
                     "head.dropout": "None"}
 
@@ -217,7 +222,7 @@ def test_enabling_statistics_keeps_the_random_streams():
     import torch
     from pytorch_metric_learning.losses import AngularLoss
 
-    from dmlplug_builtins.record_keeper_logger import enable_pml_stats
+    from dmlplug_builtins.loggers.record_keeper_logger import enable_pml_stats
 
     loss = AngularLoss()
     assert not loss.collect_stats and "average_angle" not in getattr(loss, "_record_these_stats", [])

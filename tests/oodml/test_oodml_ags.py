@@ -5,7 +5,8 @@ import pytest
 from scipy import stats
 
 from dmlplug.errors import DataError
-from dmlplug.oodml import ags, mean_confidence_interval, normalized_fids
+from dmlplug_builtins.oodml.ags import ags, normalized_fids
+from dmlplug_builtins.oodml.fewshot_stats import mean_confidence_interval
 
 # METHODS §5.4: CUB200 split FIDs as in paper Table S1; §5.6: Margin R@1 per split (Table S4).
 CUB_FIDS = [19.2, 28.5, 52.6, 72.2, 92.5, 120.4, 136.5, 152.0, 173.9]

@@ -9,15 +9,9 @@ from e2e import TINY_RECIPE, run_cli
 
 from dmlplug.data import ArraySource
 from dmlplug.errors import DataError
-from dmlplug.oodml.fewshot import (
-    FewShotSettings,
-    adapt_head,
-    class_random_batches,
-    embed_features,
-    episode_indices,
-    retrieval_metrics,
-    run_fewshot,
-)
+from dmlplug_builtins.oodml import FewShotSettings
+from dmlplug_builtins.oodml.adaptation import adapt_head, class_random_batches, embed_features
+from dmlplug_builtins.oodml.fewshot import episode_indices, retrieval_metrics, run_fewshot
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -162,13 +156,12 @@ def test_fewshot_command_end_to_end(tmp_path):
     import json
     import tomllib
 
-    from dmlplug.engine.launch import run_recipe
-    from dmlplug.oodml.fewshot import find_checkpoint
+    import dmlplug
 
     run_dir = tmp_path / "run"
     recipe = tomllib.loads(TINY_RECIPE)
     recipe["evaluation"] = {"initial": False}
-    assert run_recipe(recipe, out=run_dir, quiet=True).status == "completed"
+    assert dmlplug.run(recipe, out=run_dir, quiet=True).status == "completed"
     checkpoint = run_dir / "checkpoints" / "best.pt"
     weights = checkpoint.read_bytes()
     result = run_cli("fewshot", run_dir, "--shots", "2,5", "--episodes", "2", "--iterations", "2=5,5=3",
@@ -181,7 +174,9 @@ def test_fewshot_command_end_to_end(tmp_path):
     assert report["info"]["episodes_from"].startswith("sampled")
     assert len(report["episodes"]["5"]) == 2
     with pytest.raises(DataError, match="no run directory or checkpoint"):
-        find_checkpoint(tmp_path / "nowhere")
+        dmlplug.load_run(tmp_path / "nowhere")
+    missing = run_cli("fewshot", tmp_path / "nowhere")
+    assert missing.returncode == 2 and "no run directory or checkpoint" in missing.stderr
 
 
 def test_fewshot_evaluator_refuses_saved_embeddings():

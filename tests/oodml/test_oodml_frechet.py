@@ -5,7 +5,7 @@ import pytest
 from scipy import linalg
 
 from dmlplug.errors import DataError
-from dmlplug.oodml import frechet_distance, frechet_distance_from_moments, trace_sqrt_product
+from dmlplug_builtins.oodml.frechet import frechet_distance, frechet_distance_from_moments, trace_sqrt_product
 
 EPS = 1e-8
 

@@ -4,16 +4,15 @@ import numpy as np
 import pytest
 
 from dmlplug.errors import DataError
-from dmlplug.oodml import (
+from dmlplug_builtins.oodml.assemble import build_split_file
+from dmlplug_builtins.oodml.episodes import partition_train_val, sample_episodes
+from dmlplug_builtins.oodml.frechet import frechet_distance
+from dmlplug_builtins.oodml.selection import select_evenly
+from dmlplug_builtins.oodml.swapping import (
     SplitCandidate,
-    build_split_file,
     class_means,
-    frechet_distance,
     generate_candidates,
-    partition_train_val,
     remove_classes,
-    sample_episodes,
-    select_evenly,
     swap_classes,
 )
 
@@ -210,7 +209,7 @@ def test_train_val_partition_sizes_match_published_files():
 
 
 def test_build_split_file_end_to_end(tmp_path):
-    from dmlplug.oodml import load_splits, save_splits
+    from dmlplug_builtins.oodml.splitfile import load_splits, save_splits
 
     rng = np.random.default_rng(8)
     names = [f"class_{i:02d}" for i in range(20)]

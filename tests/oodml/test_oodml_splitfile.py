@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dmlplug.errors import DataError
-from dmlplug.oodml import OodSplit, SplitFile, load_published_pickle, load_splits, save_splits
+from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, load_published_pickle, load_splits, save_splits
 
 # The published CARS196 file lives next to the repository (../shared/data/oodml in CI).
 PUBLISHED_CARS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "oodml" / "cars196_splits.pkl"

@@ -11,11 +11,12 @@ import torch
 from e2e import TINY_RECIPE, run_cli
 
 from dmlplug.data import ArraySource, DatasetBundle
-from dmlplug.data.splits import apply_recipe_classes, image_ids, split_by_class_names
-from dmlplug.errors import DataError, RecipeError, RunError
-from dmlplug.oodml import OodSplit, SplitFile, ags, load_published_pickle, save_splits
-from dmlplug.oodml.summary import run_metrics, summarize_sweep, write_outputs
-from dmlplug.oodml.sweep import run_directory, run_sweep
+from dmlplug.data.splits import image_ids, split_by_class_names
+from dmlplug.errors import DataError, RunError
+from dmlplug_builtins.oodml.ags import ags
+from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, load_published_pickle, save_splits
+from dmlplug_builtins.oodml.summary import run_metrics, summarize_sweep, write_outputs
+from dmlplug_builtins.oodml.sweep import run_directory, run_sweep, split_recipe, wrapped_overrides
 
 PUBLISHED_CARS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "oodml" / "cars196_splits.pkl"
 
@@ -62,31 +63,6 @@ def test_split_by_class_names_errors():
         split_by_class_names(toy_bundle(), [], ["b"])
 
 
-def test_recipe_class_selection_validation_and_split_file(tmp_path):
-    from dmlplug.recipe import load_recipe
-
-    raw = tomllib.loads(TINY_RECIPE)
-    with pytest.raises(RecipeError, match="split_file and split_id go together"):
-        load_recipe(raw, ["data.split_file=x.json"])
-    with pytest.raises(RecipeError, match="not both"):
-        load_recipe(raw, {"data.split_file": "x.json", "data.split_id": 1, "data.train_classes": ["a"],
-                          "data.test_classes": ["b"]})
-    split = OodSplit(id=2, fid=3.0, train=["a", "b", "c", "d"], test=["e", "f"], split_train=["a", "b", "d"],
-                     split_val=["c"], episodes={1: {0: {"e": ["img00000"], "f": ["img00002"]}}})
-    path = save_splits(tmp_path / "s.json", SplitFile(splits=[split]))
-    data = load_recipe(raw, {"data.split_file": str(path), "data.split_id": 2}).recipe.data
-    bundle = apply_recipe_classes(toy_bundle(), data)
-    assert bundle.train.class_names == ["a", "b", "c", "d"] and bundle.val is None
-    data = load_recipe(raw, {"data.split_file": str(path), "data.split_id": 2,
-                             "data.split_part": "few_shot_base"}).recipe.data
-    bundle = apply_recipe_classes(toy_bundle(), data)
-    assert bundle.train.class_names == ["a", "b", "d"] and bundle.val.class_names == ["c"]
-    with pytest.raises(DataError, match="no split with id 5"):
-        apply_recipe_classes(toy_bundle(), load_recipe(raw, {"data.split_file": str(path),
-                                                             "data.split_id": 5}).recipe.data)
-    assert apply_recipe_classes(toy_bundle(), load_recipe(raw).recipe.data).train.class_names == ["a", "b", "c"]
-
-
 class MeanPixel(torch.nn.Module):
     """'Backbone' whose pooled features are (mean pixel, its square): class means are known exactly."""
 
@@ -103,8 +79,8 @@ class MeanPixel(torch.nn.Module):
 
 
 def test_generate_splits_uses_every_image_once_and_exact_class_means():
-    from dmlplug.oodml.features import ExtractorSpec, dataset_class_means, generate_splits
-    from dmlplug.oodml.swapping import class_means
+    from dmlplug_builtins.oodml.features import ExtractorSpec, dataset_class_means, generate_splits
+    from dmlplug_builtins.oodml.swapping import class_means
 
     bundle, backbone = toy_bundle(), MeanPixel()
     spec = ExtractorSpec(image_size=4, batch_size=5)
@@ -188,25 +164,54 @@ def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
     calls = []
 
     def runner(recipe_path, overrides, *, out, device, quiet):
-        calls.append((overrides["data.split_id"], overrides["run.seed"]))
+        dataset = tomllib.loads(Path(recipe_path).read_text())["data"]["dataset"]
+        assert dataset["name"] == "oodml_split" and dataset["dataset"]["name"] == "glyphs"
+        assert dataset["split_file"] == str((sweep / "splits.json").resolve())
+        assert overrides[:-1] == ["data.dataset.dataset.num_classes=20"]
+        seed = int(overrides[-1].removeprefix("run.seed="))
+        calls.append((dataset["split_id"], seed))
         Path(out).mkdir(parents=True)
-        status = "failed" if (overrides["data.split_id"], overrides["run.seed"]) == (2, 1) else "completed"
+        status = "failed" if (dataset["split_id"], seed) == (2, 1) else "completed"
         (Path(out) / "results.json").write_text(json.dumps({"status": status}))
 
     sweep = tmp_path / "sweep"
-    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None)
+    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
+                       overrides=["data.dataset.num_classes=20"])
     assert calls == [(1, 0), (1, 1), (2, 0), (2, 1)] and report.ran == calls
     calls.clear()
-    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None)
+    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
+                       overrides=["data.dataset.num_classes=20"])
     assert calls == [(2, 1)] and report.restarted == [(2, 1)] and len(report.skipped) == 3
+    with pytest.raises(RunError, match="different --part"):
+        run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner, part="few_shot_base",
+                  overrides=["data.dataset.num_classes=20"])
     recipe.write_text(TINY_RECIPE.replace("epochs = 1", "epochs = 2"))
     with pytest.raises(RunError, match="different recipe"):
         run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner)
 
 
+def test_split_recipes_wrap_the_dataset_and_move_its_overrides(tmp_path):
+    base = tomllib.loads(TINY_RECIPE)
+    wrapped = split_recipe(base, tmp_path / "splits.json", 3, "few_shot_base")
+    assert wrapped["data"]["dataset"] == {"name": "oodml_split", "split_file": str(tmp_path / "splits.json"),
+                                          "split_id": 3, "part": "few_shot_base", "dataset": base["data"]["dataset"]}
+    assert base["data"]["dataset"]["name"] == "glyphs"  # the base recipe is not changed
+    assert wrapped_overrides(["data.dataset.root=/x", " data.dataset = {name = 'cub200'}", "data.batch_size=8",
+                              "run.seed"]) == ["data.dataset.dataset.root=/x",
+                                               "data.dataset.dataset= {name = 'cub200'}", "data.batch_size=8",
+                                               "run.seed"]
+    # A recipe that already selects a split cannot be swept (the sweep does the wrapping).
+    recipe = tmp_path / "r.toml"
+    import tomli_w
+
+    recipe.write_text(tomli_w.dumps(wrapped))
+    with pytest.raises(RunError, match="already selects an ooDML split"):
+        run_sweep(recipe, tmp_path / "splits.json", sweep_dir=tmp_path / "sweep", runner=None)
+
+
 @pytest.mark.skipif(not PUBLISHED_CARS.is_file(), reason="published CARS196 split file not available")
 def test_published_cars_pickle_drives_class_splits_and_episodes():
-    from dmlplug.oodml.fewshot import episode_indices
+    from dmlplug_builtins.oodml.fewshot import episode_indices
 
     published = load_published_pickle(PUBLISHED_CARS)
     split = published.by_id(8)
@@ -248,7 +253,7 @@ def test_oodml_cli_splits_run_summarize(tmp_path):
                      "--device", "cpu")
     assert result.returncode == 0, result.stderr
     assert "random" in result.stderr  # random extractor weights are announced
-    from dmlplug.oodml import load_splits
+    from dmlplug_builtins.oodml.splitfile import load_splits
 
     generated = load_splits(splits)
     assert [s.id for s in generated.splits] == [1, 2] and generated.info["backbone"] == "resnet10t"
@@ -266,7 +271,8 @@ def test_oodml_cli_splits_run_summarize(tmp_path):
     for split in generated.splits:
         run = run_directory(sweep, split.id, 0)
         resolved = tomllib.loads((run / "recipe.resolved.toml").read_text())
-        assert resolved["data"]["split_id"] == split.id and resolved["run"]["seed"] == 0
+        assert resolved["data"]["dataset"]["split_id"] == split.id and resolved["run"]["seed"] == 0
+        assert resolved["data"]["dataset"]["dataset"]["name"] == "glyphs"
         results = json.loads((run / "results.json").read_text())
         assert results["status"] == "completed" and "fewshot/2shot/adapted/recall@1" in results["fewshot"]
         assert json.loads((run / "fewshot.json").read_text())["info"]["episodes_from"] == "split file"

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmlplug_builtins.regularizers.diva_terms import (
+import dmlplug
+from dmlplug_builtins.diva.terms import (
     IntraClassMiner,
     LabelPermutingMiner,
     decorrelation,
@@ -15,6 +16,11 @@ from dmlplug_builtins.regularizers.diva_terms import (
     momentum_contrast_loss,
     negative_weights,
 )
+
+
+def _shared_miner():
+    """DiVA's shared miner as its factory builds it: distance-weighted, anchors with a positive, no upper cut-off."""
+    return LabelPermutingMiner(dmlplug.create("miner", "distance_weighted", anchors="with_positive"))
 
 
 def test_gradient_reversal_is_identity_forward_and_flips_the_gradient():
@@ -38,7 +44,7 @@ def test_label_permuting_miner_mines_on_the_permuted_labels():
     embeddings = torch.stack([eye[0], eye[0], eye[1], eye[1], eye[2], eye[3]])
     torch.manual_seed(0)
     for _ in range(20):
-        anchors, positives, negatives = LabelPermutingMiner()(embeddings, labels, permutation)
+        anchors, positives, negatives = _shared_miner()(embeddings, labels, permutation)
         assert anchors.tolist() == [0, 1, 2, 3, 4, 5]
         # The only sample with the same permuted label.
         assert positives.tolist() == [2, 3, 0, 1, 5, 4]
@@ -55,7 +61,7 @@ def test_label_permuting_miner_without_permutation_draws_a_random_one():
     torch.manual_seed(0)
     cross_class = 0
     for _ in range(30):
-        anchors, positives, negatives = LabelPermutingMiner()(embeddings, labels)
+        anchors, positives, negatives = _shared_miner()(embeddings, labels)
         assert len(anchors) == 16 and (anchors != positives).all()
         cross_class += int((labels[anchors] != labels[positives]).sum())
     # True-class partners would give 0; a random pairing of 16 samples is cross-class 14/15 of the time.

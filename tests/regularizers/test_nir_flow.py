@@ -8,7 +8,7 @@ import torch
 from nflows.transforms.coupling import AffineCouplingTransform
 from nflows.transforms.permutations import Permutation
 
-from dmlplug_builtins.regularizers.nir_flow import (
+from dmlplug_builtins.nir.flow import (
     ClampedAffineCoupling,
     ConditionalMLP,
     build_conditional_flow,

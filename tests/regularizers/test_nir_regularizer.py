@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from pytorch_metric_learning.losses import ContrastiveLoss, ProxyAnchorLoss
 
 import dmlplug
-from dmlplug.engine.step import StepOutput
 from dmlplug.errors import ComponentError, RunError
+from dmlplug.step import StepOutput
 
 
 def _batch(num_classes, per_class, dim, seed=0):

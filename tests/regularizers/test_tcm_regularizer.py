@@ -7,9 +7,9 @@ import torch
 from pytorch_metric_learning.losses import ThresholdConsistentMarginLoss
 
 import dmlplug
-from dmlplug.engine.step import StepOutput
 from dmlplug.errors import RecipeError
-from dmlplug_builtins.regularizers.tcm import tcm_terms
+from dmlplug.step import StepOutput
+from dmlplug_builtins.tcm.regularizer import tcm_terms
 
 ORACLE_EMBEDDINGS = [[0.0, 1.0], [0.43, 0.9], [1.0, 0.0], [0.5, 0.5]]
 ORACLE_LABELS = [0, 0, 1, 1]

@@ -1,0 +1,156 @@
+"""The core commands of the ``dmlplug`` command line, added through the ``register_commands`` hook.
+
+The host registers this module with the plugin manager before any plugin (pytest registers its own core
+the same way), so built-in, third-party and core commands are all added by one mechanism. Being part of
+the host, it may use the host's private modules; plugins may not.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import pluggy
+import typer
+
+hookimpl = pluggy.HookimplMarker("dmlplug")
+
+RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False)]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a recipe value: section.key=value (repeatable)."),
+]
+
+
+def cmd_run(
+    recipe: RecipeArg,
+    set_: SetOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Exact run directory (must be new or empty).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto, cpu or cuda (overrides run.device).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, log lines only.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue a run from its last checkpoint: the run directory given as RECIPE or --out, "
+        "else the latest run of the recipe.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --resume: continue even though the recipe changed (recorded in resume.jsonl).")]
+    = False,
+) -> None:
+    """Validate a recipe, then train and evaluate it; results go to a new run directory.
+
+    RECIPE may also be an existing run directory, which is then continued (as with --resume).
+    """
+    from dmlplug.engine.launch import run_recipe
+
+    result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet, resume=resume, force=force)
+    summary = {"run_dir": str(result.directory), "initial": result.initial_metrics, "final": result.metrics}
+    typer.echo(json.dumps(summary, indent=2))
+
+
+def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
+                 show: Annotated[bool, typer.Option("--show", help="Print the resolved recipe.")] = False) -> None:
+    """Check a recipe completely (syntax, keys, types, component names and parameters) without running it."""
+    from dmlplug.recipe import load_recipe
+
+    validated = load_recipe(recipe, set_ or [])
+    if show:
+        typer.echo(validated.dumps())
+    typer.echo(f"{recipe}: OK")
+
+
+def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List loaded plugins: name, version, distribution, hooks implemented, load error if any."""
+    from dmlplug.plugins import get_host
+
+    host = get_host()
+    rows = [
+        {"name": r.name, "version": r.version, "distribution": r.distribution, "builtin": r.builtin,
+         "hooks": r.hooks, "error": r.error}
+        for r in host.records.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        origin = "builtin" if row["builtin"] else f"{row['distribution']} {row['version']}".strip()
+        typer.echo(f"{row['name']:<24} {origin:<30} {', '.join(row['hooks'])}")
+        if row["error"]:
+            typer.echo(f"{'':<24} LOAD ERROR: {row['error']}")
+
+
+def cmd_list(
+    kind: Annotated[str | None, typer.Argument(help="Component kind (losses, miners, ...); all when omitted.")] = None,
+    params: Annotated[bool, typer.Option("--params", help="Show every parameter with default and description.")]
+    = False,
+) -> None:
+    """List registered components, the plugin providing each, and (with --params) their parameters."""
+    from dmlplug.plugins import get_host
+    from dmlplug.registry import KINDS, normalize_kind
+
+    registry = get_host().registry
+    kinds = [normalize_kind(kind)] if kind else list(KINDS)
+    for k in kinds:
+        typer.echo(f"{k}:")
+        for info in registry.infos(k):
+            tags = f" [{', '.join(sorted(info.tags))}]" if info.tags else ""
+            typer.echo(f"  {info.name:<34} ({info.plugin}) {info.description}{tags}")
+            if params:
+                for field_name, field in info.params.model_fields.items():
+                    default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+                    typer.echo(f"      {field_name} = {default}  -- {field.description or ''}")
+
+
+def cmd_report(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories, or folders that contain runs.",
+                                               show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", help="Write the Markdown report here (figures in "
+                                             "<stem>_figures/, table also as <stem>.csv).")] = None,
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the table as CSV here.")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Metric to show (repeatable; "
+                                                     "default: those every run reports).")] = None,
+) -> None:
+    """Compare runs: final and best metrics (mean ± std over seeds), learning curves, metric vs FID."""
+    from dmlplug.report import write_report
+
+    _, text = write_report(runs, out, csv_path=csv_path, metrics=metric or None)
+    typer.echo(text if out is None else f"report written to {out}")
+
+
+def cmd_doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """Check the installation: torch, CUDA and GPUs, faiss flavour, loggers' packages, plugins and load errors."""
+    from dmlplug.doctor import as_json as checks_json
+    from dmlplug.doctor import diagnose, render
+
+    checks = diagnose()
+    typer.echo(json.dumps(checks_json(checks), indent=2) if as_json else render(checks))
+    if any(c.status == "fail" for c in checks):
+        sys.exit(1)  # typer.Exit would be swallowed: main() runs the app with standalone_mode=False
+
+
+def cmd_plugin_new(
+    name: Annotated[str, typer.Argument(help="Plugin name, e.g. my-loss (gives dmlplug-my-loss / dmlplug_my_loss).",
+                                        show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="Folder to create the plugin distribution in.")] = Path("."),
+) -> None:
+    """Scaffold a pip-installable plugin distribution that registers a loss and passes its own tests."""
+    from dmlplug.scaffold import new_plugin, plugin_names
+
+    path = new_plugin(name, out)
+    names = plugin_names(name)
+    typer.echo(f"created {path}: package {names['module']}, loss {names['loss']!r}\n"
+               f"next: pip install -e {path} && python -m pytest -q {path / 'tests'}")
+
+
+@hookimpl(tryfirst=True)
+def register_commands(app: typer.Typer) -> None:
+    """Add the core commands: run, validate, plugins, list, report, doctor and ``plugin new``."""
+    app.command("run")(cmd_run)
+    app.command("validate")(cmd_validate)
+    app.command("plugins")(cmd_plugins)
+    app.command("list")(cmd_list)
+    app.command("report")(cmd_report)
+    app.command("doctor")(cmd_doctor)
+    plugin_app = typer.Typer(no_args_is_help=True, help="Tools for plugin authors.")
+    plugin_app.command("new")(cmd_plugin_new)
+    app.add_typer(plugin_app, name="plugin")

@@ -1,0 +1,133 @@
+"""The epoch loop: initial evaluation, epochs of steps, periodic evaluation, schedule, checkpoints, interruption.
+
+Functions over a built :class:`~dmlplug.engine.run.Run`; a resumed run continues at its checkpointed
+position (no initial evaluation again, the batches already trained in the epoch skipped).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+import torch
+
+from dmlplug.engine import distributed, rundir, state
+from dmlplug.engine import resume as _resume
+from dmlplug.engine.model import freeze_backbone
+from dmlplug.errors import RunError
+
+
+def execute(run: Any) -> Any:
+    """Initial evaluation, training epochs with periodic evaluation, evaluator artifacts; returns the result.
+
+    Raises:
+        RunError: The evaluation split does not exist, or training failed (see the train step).
+        dmlplug.engine.resume.RunInterrupted: SIGTERM/SIGINT arrived; a checkpoint was written first.
+    """
+    r = run.recipe.recipe
+    split = r.evaluation.split
+    if split == "val" and run.components.dataset.val is None:
+        raise RunError("evaluation.split is 'val' but the dataset has no validation split",
+                       where="[evaluation] split", fix="set val_classes in [data.dataset] or use split = 'test'")
+    first, skip = 1, 0
+    if run.resumed:
+        first = run.epoch + 1 if run.epoch_complete else run.epoch
+        skip = 0 if run.epoch_complete else run.epoch_step
+    elif r.evaluation.initial or r.run.epochs == 0:
+        state.checkpoint(run, evaluate(run, split, initial=True))
+    for epoch in range(first, r.run.epochs + 1):
+        if distributed.any_rank(run.stop_signal is not None):  # arrived during an evaluation
+            state.checkpoint(run, False)
+            raise_interrupted(run)
+        run.epoch = epoch
+        run.host.pm.hook.on_epoch_start(run=run.view, epoch=epoch)
+        train_epoch(run, skip)
+        skip = 0
+        evaluate_now = epoch % r.evaluation.every == 0 or epoch == r.run.epochs
+        improved = evaluate(run, split) if evaluate_now else False
+        step_scheduler(run, evaluate_now)
+        run.epoch_complete = True
+        state.checkpoint(run, evaluate_now and improved)
+    if run.dist.is_main:
+        run.write_artifacts()
+    return run.result("completed")
+
+
+def train_epoch(run: Any, skip: int = 0) -> None:
+    """One pass over the epoch's batches; the first ``skip`` were trained before a resume.
+
+    Writes a mid-epoch checkpoint every ``run.checkpoint_every_steps`` steps, and stops after the current
+    step (checkpoint written, :class:`~dmlplug.engine.resume.RunInterrupted` raised) once a SIGTERM/SIGINT
+    arrived on any rank.
+    """
+    c, r, training = run.components, run.recipe.recipe, run.training
+    training.batch_plan.set_epoch(run.epoch, skip)
+    run.epoch_step, run.epoch_complete = skip, False
+    generator = training.loader.generator
+    run.epoch_generator_state = generator.get_state() if generator is not None else None
+    freeze_backbone(c.model, run.epoch <= c.warmup_epochs)
+    c.model.train()
+    for module in c.trainable().values():
+        if isinstance(module, torch.nn.Module):
+            module.train()
+    every, batches = r.run.checkpoint_every_steps, len(c.sampler)
+    for images, labels, indices in training.loader:
+        run.step += 1
+        run.epoch_step += 1
+        losses = run.train_step(images, labels, indices, epoch=run.epoch, step=run.step)
+        run.host.pm.hook.on_step_end(run=run.view, step=run.step, losses=losses)
+        stop = distributed.any_rank(run.stop_signal is not None)
+        if stop or (every and run.epoch_step % every == 0 and run.epoch_step < batches):
+            state.checkpoint(run, False)
+        if stop:
+            raise_interrupted(run)
+
+
+def evaluate(run: Any, split: str, *, initial: bool = False) -> bool:
+    """Evaluate ``split`` now and record it; returns whether the selection metric improved.
+
+    The metrics are appended to ``metrics.jsonl`` (rank 0), become the run's latest (and with ``initial``
+    its initial) metrics, update the best-evaluation tracker, and then ``on_eval_end`` is called, so hooks
+    see a view where all of these are current.
+    """
+    from dmlplug.engine.evaluate import evaluate_safely
+
+    metrics = evaluate_safely(run.evaluate, split, model=run.components.model, recipe=run.recipe.recipe,
+                              checkpoint_dir=run.checkpoint_dir)
+    if run.dist.is_main:
+        rundir.append_metrics(run.directory, {"epoch": run.epoch, "step": run.step, "split": split,
+                                              "time": time.time(), **metrics})
+    run.last_metrics = metrics
+    if initial:
+        run.initial_metrics = metrics
+    improved = run.best.update(metrics, run.epoch)
+    run.host.pm.hook.on_eval_end(run=run.view, epoch=run.epoch, split=split, metrics=metrics)
+    return improved
+
+
+def step_scheduler(run: Any, evaluated: bool) -> None:
+    """Advance the learning-rate schedule after an epoch (on plateau: only after an evaluation, by its metric)."""
+    scheduler = run.training.scheduler
+    if scheduler is None:
+        return
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        if evaluated:
+            value = run.best.selection_value(run.last_metrics)
+            scheduler.step(value if run.recipe.recipe.evaluation.mode == "max" else -value)
+    else:
+        scheduler.step()
+
+
+def raise_interrupted(run: Any) -> None:
+    """Leave the run after a SIGTERM/SIGINT, once every rank is past rank 0's checkpoint.
+
+    Raises:
+        dmlplug.engine.resume.RunInterrupted: Always.
+    """
+    signum = run.stop_signal or signal.SIGTERM
+    distributed.barrier()
+    raise _resume.RunInterrupted(
+        f"interrupted by {signal.Signals(signum).name} at step {run.step} (epoch {run.epoch}); "
+        "checkpoint written", signum=signum, where=str(run.directory),
+        fix=f"continue with: dmlplug run {run.directory} --resume")

@@ -1,0 +1,248 @@
+"""Loading a recipe: read the TOML, apply overrides and variables, validate every section and component.
+
+:func:`load_recipe` is the one entry point; it resolves component names against the registry it is
+given (the process-wide plugin host's only when none is given) and hands that same registry to every
+nested validation.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dmlplug.errors import ComponentError, RecipeError
+from dmlplug.needs import EngineNeeds
+from dmlplug.params import Params
+from dmlplug.recipe.capabilities import check_capabilities, collect_needs
+from dmlplug.recipe.overrides import apply_overrides, interpolate, set_path
+from dmlplug.recipe.schema import ENGINE_KEYS, SECTION_KIND, Recipe, check_moved_keys
+from dmlplug.registry import format_validation_error, singular
+
+
+class ComponentSpec:
+    """One validated component table: registry entry, params and engine-level options.
+
+    Attributes:
+        path: Recipe path of the table (``"loss"``, ``"data.dataset"``, ``"regularizers[0]"`` …).
+        info: The component's :class:`~dmlplug.registry.ComponentInfo`.
+        params: The validated parameters.
+        options: The table's engine keys (:data:`~dmlplug.recipe.schema.ENGINE_KEYS`), defaults filled in.
+    """
+
+    def __init__(self, path: str, info: Any, params: Params, options: dict[str, Any]):
+        self.path = path
+        self.info = info
+        self.params = params
+        self.options = options
+
+    @property
+    def name(self) -> str:
+        """Registered name of the component."""
+        return self.info.name
+
+    def build(self, ctx: Any) -> Any:
+        """Build the component through its factory."""
+        return self.info.build(self.params, ctx)
+
+    def to_table(self) -> dict[str, Any]:
+        """The resolved table: name, engine options and every parameter (defaults filled in)."""
+        # An empty string option means "not set" (e.g. [loss] embedding) and is left out, like None.
+        options = {k: v for k, v in self.options.items() if v != ""}
+        return {"name": self.info.name, **options, **_drop_none(self.params.model_dump(mode="json"))}
+
+
+class ValidatedRecipe:
+    """A recipe whose every section and component has been checked.
+
+    Attributes:
+        recipe: The structural :class:`~dmlplug.recipe.schema.Recipe`.
+        components: Component specs by path (``"loss"``, ``"regularizers[0]"`` …).
+        source: Where the recipe came from (file path or ``"<dict>"``).
+        needs: The engine services the components require (:class:`~dmlplug.needs.EngineNeeds`), computed
+            once while the recipe is loaded; read-only.
+    """
+
+    def __init__(self, recipe: Recipe, components: dict[str, ComponentSpec], source: str,
+                 needs: EngineNeeds | None = None):
+        self.recipe = recipe
+        self.components = components
+        self.source = source
+        self._needs = needs
+
+    @property
+    def needs(self) -> EngineNeeds:
+        """The engine services the components require, collected on first use and kept.
+
+        Raises:
+            RecipeError: A component requires an unknown engine service (only on first use; ``load_recipe``
+                always makes that first use).
+        """
+        if self._needs is None:
+            self._needs = collect_needs(self.components, self.source)
+        return self._needs
+
+    def component(self, path: str) -> ComponentSpec | None:
+        """The spec at ``path`` or None."""
+        return self.components.get(path)
+
+    def list_components(self, prefix: str) -> list[ComponentSpec]:
+        """Specs of a list section (``"regularizers"``, ``"evaluators"``, ``"loggers"``) in order."""
+        return [spec for path, spec in self.components.items() if path.startswith(prefix + "[")]
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully resolved recipe as a TOML-ready dict (defaults filled in, components expanded)."""
+        data = _drop_none(self.recipe.model_dump(mode="json"))
+        for path, spec in self.components.items():
+            set_path(data, path, spec.to_table())
+        return data
+
+    def dumps(self) -> str:
+        """The resolved recipe as TOML text."""
+        import tomli_w
+
+        return tomli_w.dumps(self.resolved())
+
+
+def load_recipe(
+    source: str | Path | dict[str, Any],
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    registry: Any = None,
+    environ: dict[str, str] | None = None,
+) -> ValidatedRecipe:
+    """Parse, interpolate, override and validate a recipe.
+
+    Args:
+        source: Path to a TOML file, or a dict with the recipe's structure.
+        overrides: ``"a.b=value"`` strings (value parsed as TOML, else taken as a string) or a dict.
+        registry: Registry to resolve component names, also used for nested component tables
+            (default: the loaded plugin host's).
+        environ: Environment used for ``${VAR}`` / ``${VAR:-default}`` interpolation (default os.environ).
+
+    Raises:
+        RecipeError: Syntax error, unknown key, wrong type or value, unset variable, or ``[data]`` keys that
+            moved (``split_file``).
+        ComponentError: Unknown component name.
+    """
+    raw, where = _read(source)
+    apply_overrides(raw, overrides)
+    check_moved_keys(raw, where)
+    raw = interpolate(raw, os.environ if environ is None else environ, where)
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise RecipeError(
+            "invalid recipe:\n" + format_validation_error(exc, "", Recipe), where=where,
+            fix="see docs/recipes.md for every section and key",
+        ) from None
+    if registry is None:
+        # The only fallback to the process-wide host (after the structural checks, so a broken file fails
+        # before any plugin loads); every step below uses `registry`, nested validations included.
+        from dmlplug.plugins import get_host
+
+        registry = get_host().registry
+    components = _validate_components(recipe, registry, where)
+    validated = ValidatedRecipe(recipe, components, where)
+    # Computes validated.needs, once: the engine and BuildContext.needs reuse it.
+    check_capabilities(validated, where)
+    return validated
+
+
+def _read(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    # A private copy either way: overrides and the moved-keys check change it in place.
+    if isinstance(source, dict):
+        return copy.deepcopy(source), "<dict>"
+    path = Path(source)
+    where = str(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}", fix="check the path; recipes live in recipes/")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), where
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"TOML syntax error: {exc}", where=where,
+                          fix="fix the line and column named above") from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"recipe is not UTF-8 text: {exc}", where=where) from None
+
+
+def _validate_components(recipe: Recipe, registry: Any, where: str) -> dict[str, ComponentSpec]:
+    tables: list[tuple[str, dict[str, Any]]] = [
+        ("data.dataset", recipe.data.dataset),
+        ("data.sampler", recipe.data.sampler),
+        ("backbone", recipe.backbone),
+        ("head", recipe.head),
+        ("loss", recipe.loss),
+    ]
+    if recipe.miner is not None:
+        tables.append(("miner", recipe.miner))
+    for section in ("regularizers", "evaluators", "loggers"):
+        for i, table in enumerate(getattr(recipe, section)):
+            tables.append((f"{section}[{i}]", table))
+    specs: dict[str, ComponentSpec] = {}
+    for path, table in tables:
+        kind = SECTION_KIND[path.split("[")[0]]
+        specs[path] = _validate_component(path, kind, table, registry, where)
+    _check_unique_names(specs, where)
+    return specs
+
+
+def _validate_component(path: str, kind: str, table: dict[str, Any], registry: Any, where: str) -> ComponentSpec:
+    if not isinstance(table, dict):
+        raise RecipeError(f"{path} must be a table with a `name` key", where=where)
+    table = dict(table)
+    name = table.pop("name", None)
+    if not isinstance(name, str) or not name:
+        raise RecipeError(f"{path}: missing `name` of the {singular(kind)}",
+                          where=where, fix=f'add name = "..." (see `dmlplug list {kind}`)')
+    try:
+        info = registry.get(kind, name)
+    except ComponentError as exc:
+        raise ComponentError(exc.what, where=f"{where}: {path}.name", fix=exc.fix) from None
+    section = path.split("[")[0]
+    options = {}
+    for key, default in ENGINE_KEYS.get(section, {}).items():
+        value = table.pop(key, default)
+        options[key] = _check_engine_option(path, key, value, default, where)
+    # The recipe's registry travels as validation context, so nested component tables resolve in it too.
+    params = info.validate(table, where=path, registry=registry)
+    return ComponentSpec(path, info, params, options)
+
+
+def _check_engine_option(path: str, key: str, value: Any, default: Any, where: str) -> Any:
+    expected = type(default)
+    if expected is str:
+        if not isinstance(value, str):
+            raise RecipeError(f"{path}.{key}: expected a string, got {value!r}", where=where)
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or isinstance(value, bool):
+        raise RecipeError(f"{path}.{key}: expected {expected.__name__}, got {value!r}", where=where)
+    if value < 0:
+        raise RecipeError(f"{path}.{key}: must be >= 0, got {value!r}", where=where)
+    return value
+
+
+def _check_unique_names(specs: dict[str, ComponentSpec], where: str) -> None:
+    # Regularizer terms are logged and grouped by name: two of the same name would collide.
+    seen: dict[str, str] = {}
+    for path, spec in specs.items():
+        if path.startswith("regularizers["):
+            if spec.name in seen:
+                raise RecipeError(f"regularizer {spec.name!r} appears twice ({seen[spec.name]} and {path})",
+                                  where=where, fix="combine them into one table")
+            seen[spec.name] = path
+
+
+def _drop_none(value: Any) -> Any:
+    # TOML has no null: unset optional values are simply left out of the resolved recipe.
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value if v is not None]
+    return value

@@ -1,0 +1,181 @@
+"""``dmlplug report RUN_DIR ...``: compare runs in a Markdown/CSV table with learning curves and plugin sections.
+
+Runs are grouped by their resolved recipe with ``run.seed``, ``run.name`` and ``run.output_dir`` left out:
+runs of one group differ only in their seed, and their metrics are reported as mean ± sample standard
+deviation over seeds. Each group is labelled by its run name, plus the recipe values that tell groups of
+the same name apart (:mod:`dmlplug.report.runs`).
+
+Values:
+    * final: ``results.json`` ``metrics`` (the last evaluation);
+    * best: ``results.json`` ``best_metrics`` (the evaluation selected by ``evaluation.metric``);
+    * learning curves: every evaluation in ``metrics.jsonl`` (mean over the group's seeds per epoch), and the
+      training loss ``train/loss/total`` from the runs' TensorBoard events when there are some
+      (:mod:`dmlplug.report.figures`);
+    * plugin sections: every plugin's ``report_section(groups, metrics, figure_dir)`` hook may add table
+      columns, a Markdown section and figures (the ooDML plugin adds each split's FID, AGS and metric-vs-FID
+      plots), see :class:`dmlplug.protocols.ReportSection`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmlplug.protocols import ReportSection
+from dmlplug.report.runs import Group, RunRecord, choose_metrics, find_runs, group_runs, read_run
+
+__all__ = ["Group", "Report", "RunRecord", "build_report", "choose_metrics", "find_runs", "group_runs",
+           "plugin_sections", "read_run", "write_report"]
+
+
+@dataclass
+class Report:
+    """Groups, the metrics shown, the plugins' sections and the figures written."""
+
+    groups: list[Group]
+    metrics: list[str]
+    sections: list[ReportSection] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+
+    def extra_columns(self) -> list[str]:
+        """The sections' table columns, in section order then first appearance."""
+        names: dict[str, None] = {}
+        for section in self.sections:
+            for cells in section.columns.values():
+                names.update(dict.fromkeys(cells))
+        return list(names)
+
+    def extra_cells(self, group: Group, empty: str) -> list[str]:
+        """``group``'s cells of :meth:`extra_columns` (``empty`` where a section has none)."""
+        cells: dict[str, str] = {}
+        for section in self.sections:
+            cells.update(section.columns.get(group.key, {}))
+        return [cells.get(name, empty) for name in self.extra_columns()]
+
+    def markdown(self, relative_to: Path | None = None) -> str:
+        """The report as Markdown (figures linked relative to ``relative_to`` when given)."""
+        lines = ["# dmlplug report", ""]
+        head = ["run", "seeds", *self.extra_columns()]
+        head += [f"final {m}" for m in self.metrics] + [f"best {m}" for m in self.metrics]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for g in self.groups:
+            cells = [g.label, str(len(g.runs)), *self.extra_cells(g, "–")]
+            cells += [_cell(g.stat("final", m)) for m in self.metrics]
+            cells += [_cell(g.stat("best", m)) for m in self.metrics]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Values: mean ± sample std over seeds (a single run shows its value). final = last evaluation, "
+                      "best = the evaluation selected by `evaluation.metric`.", ""]
+        for section in self.sections:
+            lines += [f"## {section.title}", ""]
+            if section.markdown.strip():
+                lines += [section.markdown.strip(), ""]
+        lines += ["## Runs", ""]
+        for g in self.groups:
+            for r in g.runs:
+                where = f"epoch {r.best_epoch}" if r.best_epoch is not None else "–"
+                lines.append(f"- {g.label}: `{r.directory}` (seed {r.seed}, {r.status}, best at {where})")
+        if self.figures:
+            lines += ["", "## Figures", ""]
+            for path in self.figures:
+                shown = path.relative_to(relative_to) if relative_to is not None else path
+                lines.append(f"![{path.stem}]({shown.as_posix()})")
+                lines.append("")
+        return "\n".join(lines).rstrip() + "\n"
+
+    def csv(self) -> str:
+        """One row per group: label, runs, seeds, the sections' columns, then mean/std of final and best values."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        header = ["run", "runs", "seeds", *self.extra_columns()]
+        for which in ("final", "best"):
+            for m in self.metrics:
+                header += [f"{which}/{m}/mean", f"{which}/{m}/std"]
+        writer.writerow(header)
+        for g in self.groups:
+            row: list[Any] = [g.label, len(g.runs), " ".join(str(s) for s in g.seeds), *self.extra_cells(g, "")]
+            for which in ("final", "best"):
+                for m in self.metrics:
+                    mean, std, _ = g.stat(which, m)
+                    row += [_num(mean), _num(std)]
+            writer.writerow(row)
+        return buffer.getvalue()
+
+
+def _cell(stat: tuple[float, float, int]) -> str:
+    mean, std, n = stat
+    if n == 0:
+        return "–"
+    return f"{mean:.4f}" if n == 1 else f"{mean:.4f} ± {std:.4f}"
+
+
+def _num(value: float) -> str:
+    return "" if math.isnan(value) else repr(float(value))
+
+
+def plugin_sections(groups: Sequence[Group], metrics: Sequence[str], figure_dir: Path | None) -> list[ReportSection]:
+    """The sections the plugins' ``report_section`` hooks return, in plugin registration order.
+
+    Each plugin is called on its own: one that fails adds a section saying so, and the report goes on.
+    """
+    from dmlplug.plugins import get_host
+
+    arguments = {"groups": list(groups), "metrics": list(metrics), "figure_dir": figure_dir}
+    sections = []
+    for impl in get_host().pm.hook.report_section.get_hookimpls():
+        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
+            continue  # wrappers surround the other implementations; called alone they would not return a section
+        try:
+            section = impl.function(**{name: arguments[name] for name in impl.argnames})
+        except Exception as exc:  # a plugin's bug must not take the whole report down
+            section = ReportSection(f"{impl.plugin_name} (failed)", markdown=f"`{type(exc).__name__}: {exc}`")
+        if section is not None:
+            sections.append(section)
+    return sections
+
+
+def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None = None,
+                 figure_dir: Path | None = None) -> Report:
+    """Read the runs, group them, and (with ``figure_dir``) draw the PNG figures.
+
+    Raises:
+        DataError: No run found, unreadable runs, or an unknown metric.
+    """
+    from dmlplug.report.figures import learning_curves, loss_curves, save, slug
+
+    runs = [read_run(d) for d in find_runs(paths)]
+    groups = group_runs(runs)
+    chosen = choose_metrics(groups, metrics)
+    report = Report(groups, chosen, sections=plugin_sections(groups, chosen, figure_dir))
+    if figure_dir is not None:
+        for metric in chosen[:6]:
+            report.figures.append(save(learning_curves(groups, metric), figure_dir / f"curve_{slug(metric)}.png"))
+        if any(r.loss_curve for g in groups for r in g.runs):
+            report.figures.append(save(loss_curves(groups), figure_dir / "train_loss.png"))
+    report.figures += [path for section in report.sections for path in section.figures]
+    return report
+
+
+def write_report(paths: Sequence[str | Path], out: Path | None = None, *, csv_path: Path | None = None,
+                 metrics: Sequence[str] | None = None) -> tuple[Report, str]:
+    """Build the report and write its files; returns the report and its Markdown.
+
+    With ``out``: the Markdown goes to ``out``, the figures to ``<out stem>_figures/`` and the CSV table to
+    ``csv_path`` or else ``<out stem>.csv``. Without ``out`` no figure is drawn (the CSV only with ``csv_path``).
+    """
+    from dmlplug.files import write_text
+
+    figure_dir = out.parent / f"{out.stem}_figures" if out is not None else None
+    report = build_report(paths, metrics=metrics, figure_dir=figure_dir)
+    text = report.markdown(relative_to=out.parent if out is not None else None)
+    if out is not None:
+        write_text(out, text)
+        csv_path = csv_path or out.with_suffix(".csv")
+    if csv_path is not None:
+        write_text(csv_path, report.csv())
+    return report, text

@@ -1,0 +1,188 @@
+"""Reading run directories for ``dmlplug report``: results, resolved recipe, curves; grouping by recipe."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmlplug.engine.flatten import flatten_recipe
+from dmlplug.errors import DataError
+
+#: Recipe keys that do not make two runs different experiments.
+_RUN_ONLY = ("seed", "name", "output_dir")
+
+
+@dataclass
+class RunRecord:
+    """One run directory as read from disk."""
+
+    directory: Path
+    name: str
+    status: str
+    seed: int | None
+    recipe: dict[str, Any]
+    final: dict[str, float]
+    best: dict[str, float]
+    best_epoch: int | None
+    curves: list[dict[str, Any]]
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """Runs that share a recipe up to the seed."""
+
+    label: str
+    runs: list[RunRecord]
+    key: str
+
+    @property
+    def seeds(self) -> list[int | None]:
+        """Seeds of the runs."""
+        return [r.seed for r in self.runs]
+
+    def stat(self, which: str, metric: str) -> tuple[float, float, int]:
+        """``(mean, sample std, n)`` of ``final`` or ``best`` values over the runs that have the metric."""
+        values = [getattr(r, which)[metric] for r in self.runs if metric in getattr(r, which)]
+        values = [v for v in values if math.isfinite(v)]
+        if not values:
+            return math.nan, math.nan, 0
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+        return mean, std, len(values)
+
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+    """Run directories: each path that holds ``results.json``, else every run directory below it.
+
+    Raises:
+        DataError: A path does not exist or holds no run.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise DataError(f"{path} does not exist", where="dmlplug report RUN_DIR", fix="give run directories")
+        if (path / "results.json").is_file():
+            found.append(path)
+            continue
+        below = sorted(p.parent for p in path.rglob("results.json"))
+        if not below:
+            raise DataError(f"no run directory (with results.json) in {path}", where="dmlplug report RUN_DIR",
+                            fix="give the directory of a finished run, or a folder that contains runs")
+        found.extend(below)
+    unique: list[Path] = []
+    for p in found:
+        if p.resolve() not in {u.resolve() for u in unique}:
+            unique.append(p)
+    return unique
+
+
+def read_run(directory: Path) -> RunRecord:
+    """Read ``results.json``, ``recipe.resolved.toml`` and ``metrics.jsonl`` of one run.
+
+    Raises:
+        DataError: ``results.json`` or the recipe cannot be read.
+    """
+    try:
+        results = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read results.json: {exc}", where=str(directory)) from None
+    try:
+        recipe = tomllib.loads((directory / "recipe.resolved.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"cannot read recipe.resolved.toml: {exc}", where=str(directory),
+                        fix="a run directory written by `dmlplug run` has it") from None
+    curves = []
+    log = directory / "metrics.jsonl"
+    if log.is_file():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                try:
+                    curves.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a line cut by an interrupted write ends the log
+    run = recipe.get("run", {})
+
+    def floats(values: Any) -> dict[str, float]:
+        return {k: float(v) for k, v in (values or {}).items() if isinstance(v, int | float)}
+
+    record = RunRecord(directory=directory, name=str(results.get("name") or run.get("name") or directory.name),
+                       status=str(results.get("status", "unknown")), seed=run.get("seed"), recipe=recipe,
+                       final=floats(results.get("metrics")), best=floats(results.get("best_metrics")),
+                       best_epoch=results.get("best_epoch"), curves=curves)
+    record.loss_curve = _loss_curve(directory / "tb")
+    return record
+
+
+def _loss_curve(tb: Path) -> list[tuple[int, float]]:
+    """``train/loss/total`` by step from the run's TensorBoard events (empty without them or tensorboard)."""
+    if not tb.is_dir():
+        return []
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        return []
+    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
+    acc.Reload()
+    if "train/loss/total" not in acc.Tags().get("scalars", []):
+        return []
+    return [(int(e.step), float(e.value)) for e in acc.Scalars("train/loss/total")]
+
+
+def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+    """Group runs whose resolved recipes differ only in ``run.seed`` / ``run.name`` / ``run.output_dir``."""
+    groups: dict[str, Group] = {}
+    for record in runs:
+        recipe = json.loads(json.dumps(record.recipe, default=str))
+        for key in _RUN_ONLY:
+            recipe.get("run", {}).pop(key, None)
+        key = json.dumps(recipe, sort_keys=True)
+        group = groups.setdefault(key, Group(label=record.name, runs=[], key=key))
+        group.runs.append(record)
+    result = list(groups.values())
+    by_name: dict[str, list[Group]] = {}
+    for g in result:
+        by_name.setdefault(g.label, []).append(g)
+    for same in by_name.values():
+        if len(same) < 2:
+            continue
+        flats = [flatten_recipe(json.loads(g.key)) for g in same]
+        keys = sorted({k for f in flats for k in f if len({json.dumps(x.get(k), default=str) for x in flats}) > 1})
+        for g, flat in zip(same, flats, strict=True):
+            shown = ", ".join(f"{k}={flat.get(k)}" for k in keys[:3]) + (", …" if len(keys) > 3 else "")
+            g.label = f"{g.label} ({shown})"
+    return sorted(result, key=lambda g: (_natural(g.label), g.label))
+
+
+def _natural(text: str) -> list[Any]:
+    """Sort key that orders numbers by value: ``split_id=2`` before ``split_id=10``."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
+def choose_metrics(groups: Sequence[Group], metrics: Sequence[str] | None) -> list[str]:
+    """The requested metrics (each must exist in some run) or, by default, those every run reports.
+
+    Raises:
+        DataError: A requested metric is in no run.
+    """
+    runs = [r for g in groups for r in g.runs]
+    have = {k for r in runs for k in (*r.final, *r.best)}
+    if metrics:
+        absent = [m for m in metrics if m not in have]
+        if absent:
+            raise DataError(f"metric {absent[0]!r} is in no run's results", where="--metric",
+                            fix=f"choose among {sorted(have)}")
+        return list(metrics)
+    common = set.intersection(*(set(r.final) | set(r.best) for r in runs)) if runs else set()
+    selection = [r.recipe.get("evaluation", {}).get("metric") for r in runs]
+    first = [m for m in dict.fromkeys(selection) if m in common]
+    rest = sorted(common - set(first) - {"excluded_queries"})
+    return first + rest

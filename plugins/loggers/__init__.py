@@ -1,0 +1,111 @@
+"""The built-in loggers: console, TensorBoard and record-keeper (per-run plugins implementing lifecycle hooks).
+
+This module holds their parameters, factories and registration and stays torch-free at import; the
+implementations live beside it (:mod:`.console`, :mod:`.tensorboard_logger`, :mod:`.record_keeper_logger`) and
+are imported by the factories. Every logger reads the run only through the
+:class:`dmlplug.protocols.RunView` its hooks receive. TensorBoard tags are a public interface
+(docs/monitoring.md): add tags, never rename them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from pydantic import Field, model_validator
+
+from dmlplug import Params, hookimpl
+
+
+def require_package(module: str, logger: str, distribution: str) -> None:
+    """Fail recipe validation when a logger's package is not importable (never fail silently at run time).
+
+    Raises:
+        ValueError: Turned by pydantic into a validation error of the logger's table.
+    """
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(
+            f"logger {logger!r} needs the {distribution!r} package, which is not installed "
+            f"(fix: pip install {distribution}, or remove this [[loggers]] table)")
+
+
+class ConsoleParams(Params):
+    """Parameters of the ``console`` logger."""
+
+    progress: bool = Field(True, description="Show a progress bar when attached to a terminal.")
+
+
+class TensorBoardParams(Params):
+    """Parameters of the ``tensorboard`` logger."""
+
+    subdir: str = Field("tb", description="Folder of the event files inside the run directory.")
+    histograms: bool = Field(True, description="Histograms of positive and negative pair distances at every "
+                                               "evaluation (eval/<split>/pair_distance/positive|negative).")
+    histogram_pairs: int = Field(20_000, ge=10, description="Positive and negative pairs sampled (seeded) for "
+                                                            "each histogram; bounds time and memory.")
+    figures: bool = Field(True, description="Evaluator figures (e.g. OPIS utility curves) as images at every "
+                                            "evaluation (eval/<split>/figure/<name>).")
+    projector: bool = Field(True, description="At the end of the run, a sample of the last evaluated embeddings "
+                                              "with labels and thumbnails for TensorBoard's projector.")
+    projector_samples: int = Field(500, ge=1, description="Embeddings in the projector sample.")
+    thumbnail_size: int = Field(32, ge=8, le=128, description="Side of the projector thumbnails in pixels.")
+    hparams: bool = Field(True, description="At the end of a completed run, the flattened recipe values with the "
+                                            "final and best metrics (TensorBoard's HParams tab).")
+
+    @model_validator(mode="after")
+    def _tensorboard_installed(self) -> TensorBoardParams:
+        require_package("tensorboard", "tensorboard", "tensorboard")
+        return self
+
+
+class RecordKeeperParams(Params):
+    """Parameters of the ``record_keeper`` logger."""
+
+    subdir: str = Field("record_keeper", description="Folder of the CSV files and logs.db inside the run directory.")
+    every: int | None = Field(None, ge=1, description="Record every N optimizer steps (default: run.log_every).")
+    tensorboard: bool = Field(True, description="Also write the records as TensorBoard scalars "
+                                                "train/pml/<group>/<series>.")
+    tensorboard_subdir: str = Field("tb", description="Folder of the TensorBoard event files.")
+
+    @model_validator(mode="after")
+    def _packages_installed(self) -> RecordKeeperParams:
+        require_package("record_keeper", "record_keeper", "record-keeper")
+        if self.tensorboard:
+            require_package("tensorboard", "record_keeper", "tensorboard")
+        return self
+
+
+def build_console(params: ConsoleParams, ctx):
+    """Console logger: a progress bar per epoch (unless ``dmlplug run --quiet``) and one line per evaluation."""
+    from dmlplug_builtins.loggers.console import ConsoleLogger
+
+    return ConsoleLogger(params, quiet=bool(ctx.quiet))
+
+
+def build_tensorboard(params: TensorBoardParams, ctx):
+    """TensorBoard logger (event files in <run>/<subdir>); the package was checked at validation."""
+    from dmlplug_builtins.loggers.tensorboard_logger import TensorBoardLogger
+
+    return TensorBoardLogger(params)
+
+
+def build_record_keeper(params: RecordKeeperParams, ctx):
+    """record-keeper logger (CSV + SQLite in <run>/record_keeper, TensorBoard train/pml/*).
+
+    It keeps ``ctx`` to build second instances of the run's loss, miner and regularizers (``ctx.rebuild``),
+    from which it learns the statistics PML can record.
+    """
+    from dmlplug_builtins.loggers.record_keeper_logger import RecordKeeperLogger
+
+    return RecordKeeperLogger(params, rebuild=ctx.rebuild)
+
+
+@hookimpl
+def register_loggers(register):
+    """Register the console, TensorBoard and record-keeper loggers."""
+    register("console", build_console, params=ConsoleParams, description="Progress bar and metric lines.")
+    register("tensorboard", build_tensorboard, params=TensorBoardParams,
+             description="TensorBoard: losses, learning rates, metrics, pair-distance histograms, evaluator figures, "
+                         "embedding projector, hyper-parameters (docs/monitoring.md).")
+    register("record_keeper", build_record_keeper, params=RecordKeeperParams,
+             description="PML's recordable statistics (e.g. mined pairs) and metrics through record-keeper: "
+                         "CSV, SQLite and TensorBoard train/pml/*.")

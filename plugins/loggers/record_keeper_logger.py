@@ -1,0 +1,175 @@
+"""The ``record_keeper`` logger: PML's recordable statistics through record-keeper, as PML users know it.
+
+pytorch-metric-learning components list what they can record in ``_record_these`` (hyper-parameters such
+as a learnable margin) and ``_record_these_stats`` (statistics such as the number of mined pairs, kept only
+when the component was built with ``collect_stats``). This logger turns statistics collection on for the
+run's loss, miner and regularizers (and their distances, reducers and PML regularizers), and every
+``every`` steps hands them to a ``record_keeper.RecordKeeper``: one CSV file per component and an SQLite
+database (``logs.db``) in ``<run>/record_keeper/``, and TensorBoard scalars ``train/pml/<group>/<series>``.
+Evaluation metrics go to the CSV/SQLite records too (group ``eval_<split>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dmlplug import hookimpl
+
+
+class _PrefixedWriter:
+    """Hands record-keeper's ``add_scalar`` calls to a SummaryWriter under ``train/pml/``."""
+
+    def __init__(self, writer: Any):
+        self.writer = writer
+
+    def add_scalar(self, tag: str, value: Any, step: int) -> None:
+        self.writer.add_scalar(f"train/pml/{tag}", value, step)
+
+
+def enable_pml_stats(module: Any, rebuild: Any) -> int:
+    """Turn on PML's statistics collection in every ``ModuleWithRecords`` of an already built component.
+
+    PML decides which statistics a module has in its constructor, and only when ``collect_stats`` is on.
+    The names are taken from a second instance built by ``rebuild()`` with PML's global ``COLLECT_STATS``
+    switched on (random-number state is saved and restored, so the run's reproducibility is unchanged).
+
+    Args:
+        module: The built component (``torch.nn.Module``).
+        rebuild: Callable building the same component again.
+
+    Returns:
+        Number of modules whose statistics are now collected.
+    """
+    import random
+
+    import numpy as np
+    import torch
+    from pytorch_metric_learning.utils import common_functions as c_f
+    from pytorch_metric_learning.utils.module_with_records import ModuleWithRecords
+
+    if not isinstance(module, torch.nn.Module):
+        return 0
+    off = [m for m in module.modules() if isinstance(m, ModuleWithRecords) and not m.collect_stats]
+    if not off:
+        return 0
+    previous, py_state, np_state = c_f.COLLECT_STATS, random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        c_f.COLLECT_STATS = True
+        try:
+            fresh = rebuild()
+        finally:
+            c_f.COLLECT_STATS = previous
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+    fresh_modules = dict(fresh.named_modules()) if isinstance(fresh, torch.nn.Module) else {}
+    enabled = 0
+    for name, m in module.named_modules():
+        twin = fresh_modules.get(name)
+        if isinstance(m, ModuleWithRecords) and type(twin) is type(m):
+            m.collect_stats = True
+            for stat in getattr(twin, "_record_these_stats", []):
+                c_f.add_to_recordable_attributes(m, name=stat, is_stat=True)
+            enabled += 1
+    return enabled
+
+
+def recordable(components: dict[str, Any]) -> dict[str, Any]:
+    """Every module of the components that has recordable attributes, keyed ``<component>_<submodule path>``."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for prefix, component in components.items():
+        if not isinstance(component, torch.nn.Module):
+            continue
+        for name, module in component.named_modules():
+            if getattr(module, "_record_these", None) or getattr(module, "_record_these_stats", None):
+                out["_".join([prefix, *name.split(".")]) if name else prefix] = module
+    return out
+
+
+class RecordKeeperLogger:
+    """Records PML statistics every ``every`` steps and evaluation metrics at every evaluation.
+
+    Args:
+        params: The logger's :class:`~dmlplug_builtins.loggers.RecordKeeperParams`.
+        rebuild: ``rebuild(path)`` builds a fresh instance of the recipe's component at ``path``
+            (:meth:`dmlplug.context.BuildContext.rebuild` of the run's context).
+    """
+
+    def __init__(self, params: Any, rebuild: Callable[[str], Any]):
+        self.params = params
+        self.rebuild = rebuild
+        self.keeper = None
+        self.writer = None
+        self.tb = None
+        self.watched: dict[str, Any] = {}
+
+    @hookimpl
+    def on_run_start(self, run):
+        """Turn on PML statistics and open the record writer."""
+        import record_keeper
+        from pytorch_metric_learning.utils import common_functions as c_f
+
+        components = trained_components(run)
+        for path, module in components.items():
+            enable_pml_stats(module, lambda path=path: self.rebuild(path))
+        self.watched = recordable(dict(zip(record_names(run), components.values(), strict=True)))
+        self.writer = record_keeper.RecordWriter(folder=str(run.directory / self.params.subdir))
+        if self.params.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # After a resume, drop events logged past the checkpoint, as the TensorBoard logger does.
+            purge = run.step + 1 if run.resumed else None
+            self.tb = SummaryWriter(log_dir=str(run.directory / self.params.tensorboard_subdir), purge_step=purge)
+        self.keeper = record_keeper.RecordKeeper(
+            tensorboard_writer=_PrefixedWriter(self.tb) if self.tb is not None else None,
+            record_writer=self.writer, attributes_to_search_for=c_f.list_of_recordable_attributes_list_names())
+
+    @hookimpl
+    def on_step_end(self, run, step, losses):
+        """Record the components' attributes every ``every`` steps."""
+        every = self.params.every or run.recipe.run.log_every
+        if step % every == 0 and self.watched:
+            self.keeper.update_records(self.watched, step)
+
+    @hookimpl
+    def on_eval_end(self, run, epoch, split, metrics):
+        """Record the metrics and flush to CSV/SQLite."""
+        for name, value in metrics.items():
+            if isinstance(value, float | int):
+                self.writer.append(f"eval_{split}", name, float(value), epoch)
+        self.writer.append(f"eval_{split}", "step", run.step, epoch)
+        self._save()
+
+    @hookimpl
+    def on_run_end(self, run, status, error):
+        """Flush and close."""
+        if self.keeper is not None:
+            self._save()
+        if self.tb is not None:
+            self.tb.close()
+
+    def _save(self) -> None:
+        self.keeper.save_records()
+        if self.tb is not None:
+            self.tb.flush()
+
+
+def trained_components(run: Any) -> dict[str, Any]:
+    """The run's loss, miner and regularizers by recipe path (``"loss"``, ``"miner"``, ``"regularizers[0]"``)."""
+    return {path: module for path, module in run.components.items()
+            if path in ("loss", "miner") or path.startswith("regularizers[")}
+
+
+def record_names(run: Any) -> list[str]:
+    """Record group prefix of each of :func:`trained_components`: ``loss``, ``miner``, a regularizer's name."""
+    resolved = run.resolved_recipe
+    names = []
+    for path in trained_components(run):
+        if path.startswith("regularizers["):
+            names.append(resolved["regularizers"][int(path[len("regularizers["):-1])]["name"])
+        else:
+            names.append(path)
+    return names

@@ -1,0 +1,132 @@
+"""The ``tensorboard`` logger: event files under stable tags (a public interface, docs/monitoring.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dmlplug import hookimpl
+
+
+class TensorBoardLogger:
+    """Event files under stable tags (documented in docs/monitoring.md).
+
+    Scalars: ``train/loss/<term>`` (every loss and regularizer term and ``total``), ``train/lr/<group>``
+    (every optimizer parameter group), ``eval/<split>/<metric>``. At every evaluation also the histograms
+    ``eval/<split>/pair_distance/positive`` and ``.../negative`` and the evaluator figures
+    ``eval/<split>/figure/<name>``; at the end of the run the embedding projector and the hyper-parameters.
+
+    Args:
+        params: The logger's :class:`~dmlplug_builtins.loggers.TensorBoardParams`.
+    """
+
+    def __init__(self, params: Any):
+        self.params = params
+        self.writer = None
+
+    @hookimpl
+    def on_run_start(self, run):
+        """Open the event writer."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        # After a resume, drop events logged past the checkpoint (the run trains those steps again).
+        purge = run.step + 1 if run.resumed else None
+        self.writer = SummaryWriter(log_dir=str(run.directory / self.params.subdir), purge_step=purge)
+
+    @hookimpl
+    def on_epoch_start(self, run, epoch):
+        """``train/lr/<group>`` of every optimizer group."""
+        for name, lr in run.learning_rates.items():
+            self.writer.add_scalar(f"train/lr/{name}", lr, run.step)
+
+    @hookimpl
+    def on_step_end(self, run, step, losses):
+        """``train/loss/<term>`` every ``run.log_every`` steps."""
+        if step % run.recipe.run.log_every == 0:
+            for name, value in losses.items():
+                self.writer.add_scalar(f"train/loss/{name}", value, step)
+
+    @hookimpl
+    def on_eval_end(self, run, epoch, split, metrics):
+        """Metrics, pair-distance histograms and evaluator figures of the evaluation."""
+        for name, value in metrics.items():
+            if isinstance(value, float | int):
+                self.writer.add_scalar(f"eval/{split}/{name}", value, epoch)
+        ctx = run.eval_context
+        if ctx is not None:
+            if self.params.histograms:
+                from dmlplug.evaluation.pairs import sample_pair_distances
+
+                pos, neg = sample_pair_distances(ctx, self.params.histogram_pairs, seed=ctx.seed + epoch)
+                for kind, values in (("positive", pos), ("negative", neg)):
+                    if len(values):
+                        self.writer.add_histogram(f"eval/{split}/pair_distance/{kind}", values, epoch)
+            if self.params.figures:
+                from dmlplug.evaluation.runner import collect_figures
+
+                for name, figure in collect_figures(_evaluators(run), ctx).items():
+                    self.writer.add_figure(f"eval/{split}/figure/{name}", figure, epoch, close=False)
+                    figure.clear()
+        self.writer.flush()
+
+    @hookimpl
+    def on_run_end(self, run, status, error):
+        """At the end of a completed run: the projector and the hyper-parameters; close the writer."""
+        if self.writer is None:
+            return
+        try:
+            if status == "completed":
+                ctx = run.eval_context
+                if self.params.projector and ctx is not None:
+                    self._projector(run, ctx)
+                if self.params.hparams:
+                    self._hparams(run)
+        finally:
+            self.writer.close()
+
+    def _projector(self, run, ctx) -> None:
+        import numpy as np
+        import torch
+
+        split = run.recipe.evaluation.split
+        source = getattr(run.dataset, split)
+        rng = np.random.default_rng(run.recipe.run.seed)
+        n = len(ctx.labels)
+        chosen = np.sort(rng.choice(n, size=min(n, self.params.projector_samples), replace=False))
+        embeddings = ctx.numpy_embeddings()[chosen]
+        labels = ctx.labels[chosen]
+        size = self.params.thumbnail_size
+        thumbs = np.stack([np.asarray(source.load_image(int(i)).convert("RGB").resize((size, size)))
+                           for i in chosen])
+        label_img = torch.from_numpy(thumbs).permute(0, 3, 1, 2).float() / 255.0
+        names = list(getattr(source, "class_names", []) or [])
+        metadata = [[str(int(y)), _tsv_safe(names[int(y)]) if int(y) < len(names) else str(int(y))] for y in labels]
+        self.writer.add_embedding(torch.from_numpy(np.ascontiguousarray(embeddings)), metadata=metadata,
+                                  label_img=label_img, global_step=run.epoch, tag=f"{split}_embeddings",
+                                  metadata_header=["label", "class"])
+
+    def _hparams(self, run) -> None:
+        split = run.recipe.evaluation.split
+        metrics = {f"hparams/final/{split}/{k}": float(v) for k, v in run.latest_metrics.items()
+                   if isinstance(v, float | int)}
+        metrics.update({f"hparams/best/{split}/{k}": float(v) for k, v in run.best_metrics.items()
+                        if isinstance(v, float | int)})
+        self.writer.add_hparams(hparam_values(run.flat_recipe), metrics, run_name=".", global_step=run.epoch)
+
+
+def _evaluators(run) -> list[Any]:
+    """The run's evaluators in recipe order (``evaluators[0]``, ``evaluators[1]`` …)."""
+    return [component for path, component in run.components.items() if path.startswith("evaluators[")]
+
+
+def hparam_values(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened recipe with values TensorBoard's HParams accepts.
+
+    Booleans, numbers and strings are kept; anything else (lists, ``None``) becomes its string form.
+    """
+    return {key: value if isinstance(value, bool | int | float | str) else str(value) for key, value in flat.items()}
+
+
+def _tsv_safe(text: str) -> str:
+    """Class names go into the projector's metadata.tsv: no tabs or line breaks."""
+    return " ".join(str(text).split()) or "?"

@@ -1,0 +1,245 @@
+"""ooDML sweeps: one training run per split and seed, resumable (``dmlplug oodml run``).
+
+Layout of a sweep directory::
+
+    SWEEP_DIR/
+      sweep.json               recipe text, overrides, part, seeds, a hash of the split file
+      splits.json              the split file the runs use (a copy; published pickles are converted)
+      split-01/recipe.toml     the recipe of split 1: its [data.dataset] wrapped in dataset "oodml_split"
+      split-01/seed-0/         an ordinary run directory (results.json, metrics.jsonl, checkpoints …)
+      split-01/seed-1/ …
+
+A run counts as finished when its ``results.json`` says ``"status": "completed"``; running the sweep
+again skips finished runs and starts unfinished ones afresh, so an interrupted sweep continues where
+it stopped. The ``--set`` overrides name keys of the original recipe: those under ``data.dataset`` are
+moved to the wrapped dataset (``data.dataset.root`` becomes ``data.dataset.dataset.root``). Nothing here
+imports torch at module level.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmlplug.errors import DataError, RunError
+
+MANIFEST = "sweep.json"
+SPLITS = "splits.json"
+RECIPE = "recipe.toml"
+PARTS = ("zero_shot", "few_shot_base")
+FORMAT = "dmlplug.oodml.sweep"
+
+
+def run_directory(sweep_dir: str | Path, split_id: int, seed: int) -> Path:
+    """``SWEEP_DIR/split-<id>/seed-<seed>``."""
+    return Path(sweep_dir) / f"split-{split_id:02d}" / f"seed-{seed}"
+
+
+def run_status(directory: Path) -> str | None:
+    """The ``status`` in ``results.json`` of a run directory, or None when there is none (yet)."""
+    results = directory / "results.json"
+    if not results.is_file():
+        return None
+    try:
+        return json.loads(results.read_text(encoding="utf-8")).get("status")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: run directories that ran, were skipped, per (split, seed)."""
+
+    sweep_dir: Path
+    ran: list[tuple[int, int]] = field(default_factory=list)
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+    restarted: list[tuple[int, int]] = field(default_factory=list)
+
+
+def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], sweep_dir: str | Path,
+                  overrides: Sequence[str] = (), part: str = "zero_shot") -> tuple[Path, Any, dict[str, Any]]:
+    """Create (or check and reuse) the sweep directory; returns ``(splits copy, split file, manifest)``.
+
+    Raises:
+        RunError: The directory belongs to another recipe, other overrides, part or split file.
+    """
+    from dmlplug.files import write_json
+    from dmlplug_builtins.oodml.splitfile import read_split_file, save_splits
+
+    recipe_path = Path(recipe)
+    if not recipe_path.is_file():
+        raise RunError(f"recipe file not found: {recipe_path}", fix="check the path")
+    split_file = read_split_file(splits)
+    directory = Path(sweep_dir)
+    copy = directory / SPLITS
+    canonical = json.dumps(split_file.model_dump(mode="json"), sort_keys=True)
+    manifest = {
+        "format": FORMAT,
+        "recipe": str(recipe_path.resolve()),
+        "recipe_text": recipe_path.read_text(encoding="utf-8"),
+        "overrides": list(overrides),
+        "part": part,
+        "splits_source": str(Path(splits).resolve()),
+        "splits_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+        "split_ids": [s.id for s in split_file.splits],
+        "seeds": sorted(set(int(s) for s in seeds)),
+    }
+    existing_path = directory / MANIFEST
+    if existing_path.is_file():
+        existing = json.loads(existing_path.read_text(encoding="utf-8"))
+        existing.setdefault("part", "zero_shot")  # sweeps made before --part existed
+        for key, label in (("recipe_text", "recipe"), ("overrides", "--set overrides"), ("part", "--part"),
+                           ("splits_sha256", "split file")):
+            if existing.get(key) != manifest[key]:
+                raise RunError(
+                    f"the sweep directory {directory} was made with a different {label}",
+                    where=str(existing_path),
+                    fix="use a new --out directory for a changed sweep, or rerun with the original inputs",
+                )
+        manifest["seeds"] = sorted(set(existing.get("seeds", [])) | set(manifest["seeds"]))
+    elif directory.exists() and any(directory.iterdir()):
+        raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
+                       where="--out", fix="choose a new or empty directory")
+    save_splits(copy, split_file)
+    write_json(existing_path, manifest)
+    return copy, split_file, manifest
+
+
+def run_sweep(
+    recipe: str | Path,
+    splits: str | Path,
+    *,
+    seeds: Sequence[int] = (0,),
+    sweep_dir: str | Path,
+    overrides: Sequence[str] = (),
+    split_ids: Sequence[int] | None = None,
+    part: str = "zero_shot",
+    device: str | None = None,
+    quiet: bool = True,
+    runner: Callable[..., Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> SweepReport:
+    """Train and evaluate ``recipe`` on every split (or ``split_ids``) for every seed.
+
+    Each split gets its own recipe, ``SWEEP_DIR/split-<id>/recipe.toml`` (see :func:`split_recipe`); each run
+    trains it with ``overrides`` (see :func:`wrapped_overrides`) and ``run.seed`` into the run directory
+    :func:`run_directory`. Finished runs are skipped; an unfinished run directory (interrupted or failed) is
+    deleted and its run started again.
+
+    Args:
+        recipe: The recipe file; its ``[data.dataset]`` is the dataset every split re-partitions.
+        splits: Split file (JSON or published ``.pkl``).
+        seeds: Run seeds.
+        sweep_dir: The sweep directory.
+        overrides: ``--set`` strings applied to every run, in terms of ``recipe``.
+        split_ids: Only these splits (default: all).
+        part: ``"zero_shot"`` or ``"few_shot_base"`` (see dataset ``oodml_split``).
+        device: ``auto``/``cpu``/``cuda`` for every run.
+        quiet: No progress bars.
+        runner: Replacement for :func:`dmlplug.run` (tests), called as ``runner(recipe_path, overrides, out=,
+            device=, quiet=)``.
+        echo: Where progress lines go.
+
+    Raises:
+        DataError: A requested split id is not in the file.
+        RecipeError: The recipe is invalid.
+        RunError: The sweep directory belongs to another sweep (see :func:`prepare_sweep`), or the recipe
+            already selects an ooDML split.
+    """
+    import dmlplug
+
+    runner = runner or dmlplug.run
+    if not seeds:
+        raise RunError("no seeds given", where="--seeds", fix="e.g. --seeds 0,1,2")
+    if part not in PARTS:
+        raise RunError(f"--part must be one of {', '.join(PARTS)}, got {part!r}", where="--part")
+    base = base_recipe(recipe, overrides)
+    splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part)
+    available = [s.id for s in split_file.splits]
+    chosen = list(split_ids) if split_ids else available
+    unknown = [i for i in chosen if i not in available]
+    if unknown:
+        raise DataError(f"split id {unknown[0]} is not in the split file", where=str(splits),
+                        fix=f"use ids among {available}")
+    report = SweepReport(Path(sweep_dir))
+    forwarded = wrapped_overrides(overrides)
+    total = len(chosen) * len(seeds)
+    done = 0
+    for split_id in chosen:
+        split_path = write_split_recipe(split_recipe(base, splits_copy.resolve(), split_id, part),
+                                        Path(sweep_dir) / f"split-{split_id:02d}" / RECIPE, recipe)
+        for seed in seeds:
+            done += 1
+            directory = run_directory(sweep_dir, split_id, seed)
+            status = run_status(directory)
+            if status == "completed":
+                report.skipped.append((split_id, seed))
+                echo(f"[{done}/{total}] split {split_id} seed {seed}: finished earlier, skipped")
+                continue
+            if directory.exists():
+                # An interrupted or failed run of this sweep: its directory is ours to replace.
+                shutil.rmtree(directory)
+                report.restarted.append((split_id, seed))
+            echo(f"[{done}/{total}] split {split_id} seed {seed}: running -> {directory}")
+            runner(split_path, [*forwarded, f"run.seed={int(seed)}"], out=directory, device=device, quiet=quiet)
+            report.ran.append((split_id, seed))
+    return report
+
+
+def base_recipe(recipe: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The recipe as a TOML dict, after checking that it validates (with ``overrides``) and wraps nothing.
+
+    Raises:
+        RecipeError: The recipe (with the overrides) is invalid.
+        RunError: The file is missing, or its dataset is already an ``oodml_split``.
+    """
+    import dmlplug
+
+    path = Path(recipe)
+    if not path.is_file():
+        raise RunError(f"recipe file not found: {path}", fix="check the path")
+    dmlplug.validate(path, list(overrides))
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    if raw["data"]["dataset"].get("name") == "oodml_split":
+        raise RunError("the recipe already selects an ooDML split ([data.dataset] name = \"oodml_split\")",
+                       where=str(path), fix="give the recipe of the plain dataset: the sweep wraps its "
+                                            "[data.dataset] in oodml_split for every split")
+    return raw
+
+
+def split_recipe(base: dict[str, Any], split_file: Path, split_id: int, part: str = "zero_shot") -> dict[str, Any]:
+    """``base`` with its ``[data.dataset]`` wrapped in dataset ``oodml_split`` for split ``split_id``."""
+    recipe = copy.deepcopy(base)
+    data = recipe["data"]
+    data["dataset"] = {"name": "oodml_split", "split_file": str(split_file), "split_id": int(split_id),
+                       "part": part, "dataset": data["dataset"]}
+    return recipe
+
+
+def write_split_recipe(recipe: dict[str, Any], path: Path, source: str | Path) -> Path:
+    """Write a generated split recipe as TOML (atomically) with a header naming where it comes from."""
+    import tomli_w
+
+    from dmlplug.files import write_text
+
+    header = f"# Generated by `dmlplug oodml run` from {Path(source).resolve()}; edits are overwritten.\n"
+    return write_text(path, header + tomli_w.dumps(recipe))
+
+
+def wrapped_overrides(overrides: Sequence[str]) -> list[str]:
+    """``--set`` strings of the original recipe, with ``data.dataset`` keys moved to the wrapped dataset."""
+    moved = []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        name = key.strip()
+        if sep and (name == "data.dataset" or name.startswith("data.dataset.")):
+            text = "data.dataset.dataset" + name.removeprefix("data.dataset") + "=" + value
+        moved.append(text)
+    return moved

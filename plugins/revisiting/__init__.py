@@ -1,0 +1,114 @@
+"""The Revisiting-DML margin loss and triplet miners (METHODS §8.2–8.5), written from their definitions.
+
+* Loss ``margin``: margin loss with learnable per-class β (§8.5; PML's own class is ``pml_margin``).
+* Miners ``distance_weighted`` (§8.2; PML's is ``pml_distance_weighted``), ``rho_distance`` (§8.4),
+  ``semihard``, ``softhard`` and ``random_triplets`` (§8.3). "R-Margin" is ``loss = margin`` with
+  ``miner = rho_distance``.
+
+This module holds the Params, the factories and the registration hooks and stays torch-free; the loss
+lives in :mod:`.margin`, the miners in :mod:`.miners` (both imported by the factories).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Literal
+
+from pydantic import Field
+
+from dmlplug import Params, hookimpl
+from dmlplug.errors import ComponentError
+
+
+class MarginParams(Params):
+    """Parameters of loss 'margin' (Revisiting-DML, METHODS §8.5)."""
+
+    margin: float = Field(0.2, ge=0, description="Triplet margin alpha.")
+    beta: float = Field(1.2, description="Initial class boundary beta_0 (Revisiting: 1.2, alternative 0.6).")
+    learn_beta: bool = Field(True, description="Learn beta (own parameter group, no weight decay).")
+    per_class_beta: bool = Field(True, description="One beta per training class, else one shared beta.")
+    nu: float = Field(0.0, ge=0, description="Weight of the beta regulariser nu * sum(beta_{y_a}).")
+    normalizer: Literal["terms", "triplets"] = Field(
+        "terms", description='Divide by the number of positive hinge terms ("terms", METHODS/PML) or of '
+                             'triplets with a positive term ("triplets", the reference code).')
+
+
+class DistanceWeightedParams(Params):
+    """Parameters of miner 'distance_weighted' (METHODS §8.2)."""
+
+    lower_cutoff: float = Field(0.5, gt=0, lt=2, description="Lower distance cut-off lambda.")
+    upper_cutoff: float | None = Field(
+        None, gt=0, description="Never sample negatives at or beyond this distance (paper 1.4; off in the code).")
+    anchors: Literal["all", "with_positive"] = Field(
+        "all", description='"all" (Revisiting; lone samples are their own positive) or "with_positive" '
+                           "(DiVA/ooDML).")
+
+
+class RhoDistanceParams(DistanceWeightedParams):
+    """Parameters of miner 'rho_distance' (METHODS §8.4)."""
+
+    p_switch: float = Field(0.2, ge=0, le=1, description="Probability of the (a, a, same-class) negative swap.")
+
+
+class SemihardParams(Params):
+    """Parameters of miner 'semihard' (METHODS §8.3)."""
+
+    margin: float = Field(0.2, gt=0, description="Semi-hard band width (the loss's triplet margin).")
+
+
+class RandomTripletsParams(Params):
+    """Parameters of miner 'random_triplets' (METHODS §8.3)."""
+
+    num_triplets: int | None = Field(None, gt=0, description="Triplets per batch (default: the batch size).")
+
+
+def build_margin(params: MarginParams, ctx: Any) -> Any:
+    """Margin loss with learnable beta."""
+    from dmlplug_builtins.revisiting.margin import RevisitingMarginLoss
+
+    if ctx.num_classes is None:
+        raise ComponentError("loss 'margin' needs num_classes from the build context, which is not set",
+                             fix="build it inside a run, or pass num_classes=... to dmlplug.create")
+    return RevisitingMarginLoss(num_classes=ctx.num_classes, **params.model_dump())
+
+
+def build_miner(class_name: str, params: Params, ctx: Any) -> Any:
+    """Factory of the Revisiting-DML miners: the class ``class_name`` of :mod:`.miners` with ``params``."""
+    from dmlplug_builtins.revisiting import miners
+
+    return getattr(miners, class_name)(**params.model_dump())
+
+
+_MARGIN_TAGS = ("uses_tuples", "has_parameters", "needs_num_classes")
+#: (name, class in .miners, Params, description, aliases) of every miner.
+_MINERS = (
+    ("distance_weighted", "DistanceWeightedMiner", DistanceWeightedParams,
+     "Distance-weighted triplets exactly as Revisiting-DML (METHODS 8.2); one triplet per anchor.", ()),
+    ("rho_distance", "RhoDistanceMiner", RhoDistanceParams,
+     "Distance-weighted triplets with the rho-regularisation swap (METHODS 8.4); R-Margin = margin + this.",
+     ("rho",)),
+    ("semihard", "SemihardMiner", SemihardParams,
+     "Revisiting semi-hard triplets: one random positive, a negative in (d_ap, d_ap + margin) (METHODS 8.3).",
+     ("semihard_revisiting",)),
+    ("softhard", "SofthardMiner", Params,
+     "Revisiting soft-hard triplets: random hard positive and hard negative per anchor (METHODS 8.3).",
+     ("softhard_revisiting",)),
+    ("random_triplets", "RandomTripletMiner", RandomTripletsParams,
+     "Valid triplets drawn uniformly without replacement (METHODS 8.3).", ("random",)),
+)
+
+
+@hookimpl
+def register_losses(register: Any) -> None:
+    """The Revisiting margin loss."""
+    register("margin", build_margin, params=MarginParams, tags=_MARGIN_TAGS,
+             description="Margin loss with learnable per-class beta, exactly as Revisiting-DML (METHODS 8.5).",
+             aliases=("revisiting_margin",))
+
+
+@hookimpl
+def register_miners(register: Any) -> None:
+    """The Revisiting-DML triplet miners."""
+    for name, class_name, model, description, aliases in _MINERS:
+        register(name, partial(build_miner, class_name), params=model, description=description,
+                 aliases=aliases, tags=("triplets", "rho_swap") if name == "rho_distance" else ("triplets",))
