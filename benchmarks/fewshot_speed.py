@@ -10,7 +10,7 @@ Both are timed in the same process on the same model and test split of the embed
 split into the one backbone pass and the adaptation/evaluation of all episodes, the ratio, and an
 estimate of what recomputing the backbone for every adaptation batch would cost instead.
 
-Run:  /work/venv/bin/python benchmarks/fewshot_speed.py [--model resnet50] [--image-size 224]
+Run:  python benchmarks/fewshot_speed.py [--model resnet50] [--image-size 224]
       [--classes 100] [--images-per-class 30] [--episodes 10] [--iterations 2=1000,5=1500]
       [--device cpu|cuda] [--threads N]
 """

@@ -8,7 +8,7 @@ Two cases, both timed in the same process on the same inputs:
 * class means: 98 vs 98 points in 2048-d (the ooDML setting, rank-deficient covariances); both methods
   start from the raw points.
 
-Run:  /work/venv/bin/python benchmarks/frechet_speed.py [--dim 2048] [--points 5000] [--repeats 1]
+Run:  python benchmarks/frechet_speed.py [--dim 2048] [--points 5000] [--repeats 1]
       [--case full|means|both] [--threads N]
 """
 

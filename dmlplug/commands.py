@@ -8,7 +8,6 @@ the host, it may use the host's private modules; plugins may not.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +16,7 @@ import typer
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
-RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False)]
+RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False, metavar="RECIPE")]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a recipe value: section.key=value (repeatable)."),
@@ -80,25 +79,58 @@ def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-re
 
 
 def cmd_list(
-    kind: Annotated[str | None, typer.Argument(help="Component kind (losses, miners, ...); all when omitted.")] = None,
-    params: Annotated[bool, typer.Option("--params", help="Show every parameter with default and description.")]
-    = False,
+    kind: Annotated[str | None, typer.Argument(
+        help="Component kind (losses, miners, distances, reducers ...), or a wildcard over every kind; all "
+        "when omitted.", metavar="[KIND]", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(
+        help="One component (everything about it), or a wildcard such as '*proxy*'.", metavar="[NAME]",
+        show_default=False)] = None,
+    params: Annotated[bool, typer.Option(
+        "--params", help="Show every parameter with its type, default and description.")] = False,
 ) -> None:
-    """List registered components, the plugin providing each, and (with --params) their parameters."""
+    """List what a recipe can name: components by kind, the plugin providing each, and their parameters.
+
+    `dmlplug list losses arcface` shows one component in full; `dmlplug list losses '*proxy*'` (or
+    `dmlplug list '*proxy*'` over every kind) filters names with shell-style wildcards, as timm's
+    `list_models` does.
+    """
+    from dmlplug.listing import (
+        LIST_KINDS,
+        detail_lines,
+        entries,
+        find,
+        is_pattern,
+        list_kind,
+        matches,
+        param_lines,
+        summary_line,
+    )
     from dmlplug.plugins import get_host
-    from dmlplug.registry import KINDS, normalize_kind
 
     registry = get_host().registry
-    kinds = [normalize_kind(kind)] if kind else list(KINDS)
+    pattern = None
+    if kind is not None and name is None and is_pattern(kind):
+        kinds, pattern = list(LIST_KINDS), kind
+    else:
+        kinds = [list_kind(kind)] if kind else list(LIST_KINDS)
+    if name is not None and not is_pattern(name):
+        typer.echo("\n".join(detail_lines(find(registry, kinds[0], name))))
+        return
+    pattern = name if name is not None else pattern
+    shown = 0
     for k in kinds:
+        infos = [i for i in entries(registry, k) if matches(pattern, (i.name, *i.aliases))]
+        if pattern is not None and not infos:
+            continue
         typer.echo(f"{k}:")
-        for info in registry.infos(k):
-            tags = f" [{', '.join(sorted(info.tags))}]" if info.tags else ""
-            typer.echo(f"  {info.name:<34} ({info.plugin}) {info.description}{tags}")
+        for info in infos:
+            shown += 1
+            typer.echo(summary_line(info))
             if params:
-                for field_name, field in info.params.model_fields.items():
-                    default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-                    typer.echo(f"      {field_name} = {default}  -- {field.description or ''}")
+                for line in param_lines(info.params):
+                    typer.echo(line)
+    if pattern is not None and not shown:
+        typer.echo(f"no {kinds[0]} match {pattern!r}" if len(kinds) == 1 else f"nothing matches {pattern!r}")
 
 
 def cmd_report(
@@ -125,12 +157,13 @@ def cmd_doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-rea
     checks = diagnose()
     typer.echo(json.dumps(checks_json(checks), indent=2) if as_json else render(checks))
     if any(c.status == "fail" for c in checks):
-        sys.exit(1)  # typer.Exit would be swallowed: main() runs the app with standalone_mode=False
+        raise typer.Exit(1)  # main() turns the code of a typer.Exit into the exit status
 
 
 def cmd_plugin_new(
-    name: Annotated[str, typer.Argument(help="Plugin name, e.g. my-loss (gives dmlplug-my-loss / dmlplug_my_loss).",
-                                        show_default=False)],
+    name: Annotated[str, typer.Argument(
+        help="Plugin name, e.g. my-loss (gives dmlplug-my-loss / dmlplug_my_loss); dmlplug-my-loss and "
+        "dmlplug_my_loss give the same: the prefix is never doubled.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="Folder to create the plugin distribution in.")] = Path("."),
 ) -> None:
     """Scaffold a pip-installable plugin distribution that registers a loss and passes its own tests."""

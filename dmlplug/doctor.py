@@ -90,6 +90,23 @@ def _package_check(name: str, module: str, dist: str, purpose: str, required: bo
     return Check(name, "ok", _version(dist) or "installed")
 
 
+#: The pytorch-metric-learning major versions the built-in adapters are written and tested for.
+SUPPORTED_PML_MAJORS = (2,)
+
+
+def _pml_check() -> Check:
+    """PML installed and importable, and of a major version the adapters support (3.0 changed the API)."""
+    check = _package_check("pytorch-metric-learning", "pytorch_metric_learning", "pytorch-metric-learning",
+                           "losses and miners", required=True)
+    version = _version("pytorch-metric-learning")
+    major = version.split(".", 1)[0] if version else ""
+    if check.status == "ok" and major.isdigit() and int(major) not in SUPPORTED_PML_MAJORS:
+        return Check(check.name, "fail", f"{version}: major version {major} is not supported (the built-in PML "
+                     "adapters are written for 2.x; 3.0 changed losses, miners, samplers and defaults)",
+                     "pip install 'pytorch-metric-learning>=2.6,<3'")
+    return check
+
+
 def _plugin_checks(host: Any) -> list[Check]:
     checks = []
     for record in host.records.values():
@@ -113,8 +130,7 @@ def diagnose(host: Any = None) -> list[Check]:
               Check("dmlplug", "ok", __version__)]
     checks += _torch_checks()
     checks.append(_faiss_check())
-    checks.append(_package_check("pytorch-metric-learning", "pytorch_metric_learning", "pytorch-metric-learning",
-                                 "losses and miners", required=True))
+    checks.append(_pml_check())
     checks.append(_package_check("timm", "timm", "timm", "backbones", required=True))
     checks.append(_package_check("tensorboard", "tensorboard", "tensorboard", "the tensorboard logger",
                                  required=False))

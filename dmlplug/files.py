@@ -23,11 +23,27 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask), so every
+        # file of a run directory, last.pt and best.pt alike, shares one mode.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    # Linux shows the umask in /proc; elsewhere os.umask can only read it by setting it (set back at once).
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: Path, text: str) -> Path:

@@ -1,6 +1,7 @@
 """The component registry: name -> :class:`ComponentInfo`, one table per kind.
 
-Plugins fill it through the ``register_*`` hooks; recipes and :func:`dmlplug.create` read it.
+Plugins fill it through the ``register_*`` hooks; recipes and :func:`dmlplug.create` read it; the listing
+helpers at the end are what ``dmlplug list`` shows (registry kinds and the nested distances and reducers).
 The registry is plain data: it never imports torch and never builds anything by itself.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.context import BuildContext
-from dmlplug.errors import ComponentError, DataError, DmlplugError
+from dmlplug.errors import ComponentError, DataError, DmlplugError, RunError
 from dmlplug.registry import singular
 
 
@@ -104,6 +104,8 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
 
     Raises:
         DataError: A split of the dataset is empty.
+        RunError: ``[evaluation] split = "val"`` and the dataset has no validation split (checked here, before
+            the model is built, when ``dmlplug validate`` could not tell from the parameters).
     """
     # train_classes / test_classes re-partition the bundle by class name.
     from dmlplug.data.splits import apply_recipe_classes
@@ -112,6 +114,7 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
     dataset = build_component(spec, ctx)
     _check_dataset(dataset, spec.name)
     dataset = apply_recipe_classes(dataset, recipe.recipe.data)
+    _check_selection_split(dataset, recipe, spec.name)
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
     # Hierarchical samplers group classes by super-class.
@@ -183,3 +186,13 @@ def _check_dataset(dataset: Any, name: str) -> None:
         if source is None or len(source) == 0:
             raise DataError(f"dataset {name!r} has an empty {split} split", where="[data.dataset]",
                             fix="check the dataset root and split parameters")
+
+
+def _check_selection_split(dataset: Any, recipe: Any, name: str) -> None:
+    # The earliest point where a dataset that cannot tell from its parameters (e.g. a CSV list) shows whether
+    # it has a validation split: before the model, so a wrong split costs no backbone build or download.
+    if recipe.recipe.evaluation.split == "val" and getattr(dataset, "val", None) is None:
+        raise RunError(f'evaluation.split is "val" but dataset {name!r} has no validation split',
+                       where="[evaluation] split",
+                       fix='set [evaluation] split = "test", or give the dataset validation classes (val_classes '
+                           "in [data.dataset], or 'val' rows in a CSV list)")

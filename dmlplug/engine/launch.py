@@ -12,7 +12,7 @@ from typing import Any
 
 from dmlplug.checkpoints import load_checkpoint
 from dmlplug.devices import resolve_device
-from dmlplug.engine import distributed, rundir
+from dmlplug.engine import distributed, facts, rundir
 from dmlplug.engine import resume as _resume
 from dmlplug.engine.batches import check_batch_size
 from dmlplug.engine.run import Run, RunResult
@@ -114,6 +114,7 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
         else:
             _resume.trim_metrics(directory, run.step)
             _resume.record_resume(directory, state, diff, force, validated.dumps(), info.world_size)
+        facts.write_facts(run)
     logger_names = []
     if info.is_main:  # logging and progress bars on rank 0 only
         for i, (name, logger) in enumerate(run.components.loggers):

@@ -182,7 +182,8 @@ class Run:
         payload = {
             "status": status,
             "name": self.recipe.recipe.run.name,
-            "epochs_completed": self.epoch,
+            # an epoch interrupted mid-way is not completed (resume continues it)
+            "epochs_completed": self.epoch if self.epoch_complete else self.epoch - 1,
             "steps": self.step,
             "selection_metric": self.recipe.recipe.evaluation.metric,
             "initial_metrics": self.initial_metrics,

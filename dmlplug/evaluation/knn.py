@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from dmlplug.errors import RunError
+from dmlplug.errors import RunError, did_you_mean
+from dmlplug.knn_backends import KNN_BACKENDS
 
-#: Backend names accepted by :class:`~dmlplug.evaluation.EvalContext`.
-BACKENDS = ("auto", "faiss-cpu", "faiss-gpu", "torch")
+#: Backend names accepted by :class:`~dmlplug.evaluation.EvalContext`: the one list the recipe schema checks
+#: ``[evaluation] backend`` against too (:data:`dmlplug.knn_backends.KNN_BACKENDS`).
+BACKENDS = KNN_BACKENDS
 
 #: Unit round-off used in the error bound: float32 for faiss-cpu and torch (TF32 is switched off while
 #: searching), the 10-bit mantissa of TF32 for faiss-gpu, which may use tensor cores.
@@ -62,7 +64,7 @@ def resolve_backend(requested: str, on_cuda: bool) -> str:
     """
     if requested not in BACKENDS:
         raise RunError(
-            f"unknown kNN backend {requested!r}",
+            f"unknown kNN backend {requested!r}{did_you_mean(str(requested), BACKENDS)}",
             where="evaluation backend",
             fix="use one of: " + ", ".join(BACKENDS),
         )

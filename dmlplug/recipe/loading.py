@@ -19,6 +19,7 @@ from dmlplug.errors import ComponentError, RecipeError
 from dmlplug.needs import EngineNeeds
 from dmlplug.params import Params
 from dmlplug.recipe.capabilities import check_capabilities, collect_needs
+from dmlplug.recipe.checks import check_recipe
 from dmlplug.recipe.overrides import apply_overrides, interpolate, set_path
 from dmlplug.recipe.schema import ENGINE_KEYS, SECTION_KIND, Recipe, check_moved_keys
 from dmlplug.registry import format_validation_error, singular
@@ -127,6 +128,8 @@ def load_recipe(
     Raises:
         RecipeError: Syntax error, unknown key, wrong type or value, unset variable, or ``[data]`` keys that
             moved (``split_file``).
+        RecipeError: Also a mistake found by :func:`~dmlplug.recipe.checks.check_recipe` (selection metric,
+            validation split, batch size, optimizer group names).
         ComponentError: Unknown component name.
     """
     raw, where = _read(source)
@@ -150,6 +153,8 @@ def load_recipe(
     validated = ValidatedRecipe(recipe, components, where)
     # Computes validated.needs, once: the engine and BuildContext.needs reuse it.
     check_capabilities(validated, where)
+    # What components can tell from their parameters: metric names, validation split, batch size, groups.
+    check_recipe(validated, where)
     return validated
 
 

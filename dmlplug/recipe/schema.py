@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from dmlplug.errors import RecipeError
+from dmlplug.knn_backends import KNN_BACKEND_HELP, KNN_BACKENDS
 from dmlplug.params import Params
 
 
@@ -122,7 +123,8 @@ class EvaluationSection(Params):
     metric: str = Field("recall@1", description="Metric that selects best.pt.")
     mode: Literal["max", "min"] = Field("max", description="Whether a larger metric is better.")
     split: Literal["test", "val"] = Field("test", description="Split used for model selection.")
-    backend: Literal["auto", "faiss", "torch"] = Field("auto", description="kNN backend.")
+    backend: Literal[KNN_BACKENDS] = Field(  # type: ignore[valid-type]  # the one list, see knn_backends
+        "auto", description="kNN backend: " + ", ".join(KNN_BACKENDS) + ". " + KNN_BACKEND_HELP + ".")
     memory_budget_mb: int | None = Field(None, ge=16, description="Memory budget of the kNN search.")
 
 

@@ -2,8 +2,9 @@
 
 Runs are grouped by their resolved recipe with ``run.seed``, ``run.name`` and ``run.output_dir`` left out:
 runs of one group differ only in their seed, and their metrics are reported as mean ± sample standard
-deviation over seeds. Each group is labelled by its run name, plus the recipe values that tell groups of
-the same name apart (:mod:`dmlplug.report.runs`).
+deviation over seeds. Only completed runs are averaged together: failed and interrupted runs form their own
+rows, marked ``[failed]`` / ``[interrupted]``. Each group is labelled by its run name, plus every recipe value
+that tells groups of the same name apart (:mod:`dmlplug.report.runs`).
 
 Values:
     * final: ``results.json`` ``metrics`` (the last evaluation);
@@ -71,6 +72,10 @@ class Report:
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "Values: mean ± sample std over seeds (a single run shows its value). final = last evaluation, "
                       "best = the evaluation selected by `evaluation.metric`.", ""]
+        unfinished = [g.label for g in self.groups if g.status != "completed"]
+        if unfinished:
+            lines += ["Not completed (their values are those of their last evaluation, kept apart from the "
+                      "completed runs): " + ", ".join(unfinished) + ".", ""]
         for section in self.sections:
             lines += [f"## {section.title}", ""]
             if section.markdown.strip():
@@ -89,21 +94,21 @@ class Report:
         return "\n".join(lines).rstrip() + "\n"
 
     def csv(self) -> str:
-        """One row per group: label, runs, seeds, the sections' columns, then mean/std of final and best values."""
+        """One row per group: label, runs, seeds, the sections' columns, mean/std of final and best values, status."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         header = ["run", "runs", "seeds", *self.extra_columns()]
         for which in ("final", "best"):
             for m in self.metrics:
                 header += [f"{which}/{m}/mean", f"{which}/{m}/std"]
-        writer.writerow(header)
+        writer.writerow([*header, "status"])
         for g in self.groups:
             row: list[Any] = [g.label, len(g.runs), " ".join(str(s) for s in g.seeds), *self.extra_cells(g, "")]
             for which in ("final", "best"):
                 for m in self.metrics:
                     mean, std, _ = g.stat(which, m)
                     row += [_num(mean), _num(std)]
-            writer.writerow(row)
+            writer.writerow([*row, g.status])
         return buffer.getvalue()
 
 

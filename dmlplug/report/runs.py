@@ -17,6 +17,9 @@ from dmlplug.errors import DataError
 #: Recipe keys that do not make two runs different experiments.
 _RUN_ONLY = ("seed", "name", "output_dir")
 
+#: ``results.json`` status of a run that trained every epoch; other runs are never averaged with these.
+COMPLETED = "completed"
+
 
 @dataclass
 class RunRecord:
@@ -41,6 +44,11 @@ class Group:
     label: str
     runs: list[RunRecord]
     key: str
+
+    @property
+    def status(self) -> str:
+        """The runs' ``results.json`` status (one per group: runs of another status form another group)."""
+        return self.runs[0].status if self.runs else COMPLETED
 
     @property
     def seeds(self) -> list[int | None]:
@@ -138,28 +146,53 @@ def _loss_curve(tb: Path) -> list[tuple[int, float]]:
 
 
 def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
-    """Group runs whose resolved recipes differ only in ``run.seed`` / ``run.name`` / ``run.output_dir``."""
+    """Group runs whose resolved recipes differ only in ``run.seed`` / ``run.name`` / ``run.output_dir``.
+
+    Only completed runs are averaged together: failed and interrupted runs form groups of their own, marked
+    in the label (``exp [interrupted]``), so a report never mixes a half-trained run into a completed mean.
+    Groups of the same run name are labelled with every recipe value that differs between them, in full,
+    so no two groups read the same.
+    """
     groups: dict[str, Group] = {}
     for record in runs:
         recipe = json.loads(json.dumps(record.recipe, default=str))
         for key in _RUN_ONLY:
             recipe.get("run", {}).pop(key, None)
         key = json.dumps(recipe, sort_keys=True)
+        if record.status != COMPLETED:
+            key += f"\n{record.status}"
         group = groups.setdefault(key, Group(label=record.name, runs=[], key=key))
         group.runs.append(record)
     result = list(groups.values())
     by_name: dict[str, list[Group]] = {}
     for g in result:
         by_name.setdefault(g.label, []).append(g)
-    for same in by_name.values():
-        if len(same) < 2:
-            continue
-        flats = [flatten_recipe(json.loads(g.key)) for g in same]
+    for name, same in by_name.items():
+        flats = [flatten_recipe(json.loads(g.key.split("\n")[0])) for g in same]
         keys = sorted({k for f in flats for k in f if len({json.dumps(x.get(k), default=str) for x in flats}) > 1})
         for g, flat in zip(same, flats, strict=True):
-            shown = ", ".join(f"{k}={flat.get(k)}" for k in keys[:3]) + (", …" if len(keys) > 3 else "")
-            g.label = f"{g.label} ({shown})"
+            label = name + (" (" + ", ".join(f"{k}={_shown(flat.get(k))}" for k in keys) + ")" if keys else "")
+            g.label = label + (f" [{g.status}]" if g.status != COMPLETED else "")
+    _make_unique(result)
     return sorted(result, key=lambda g: (_natural(g.label), g.label))
+
+
+def _shown(value: Any) -> str:
+    """A recipe value in a label: as TOML would show it, but strings bare (``split_id=2``, ``name=arcface``)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str) if isinstance(value, list | dict | bool) or value is None else str(value)
+
+
+def _make_unique(groups: list[Group]) -> None:
+    """Number labels that still read the same (values that print alike, e.g. ``1`` and ``"1"``)."""
+    seen: dict[str, list[Group]] = {}
+    for g in groups:
+        seen.setdefault(g.label, []).append(g)
+    for label, same in seen.items():
+        if len(same) > 1:
+            for i, g in enumerate(same, 1):
+                g.label = f"{label} #{i}"
 
 
 def _natural(text: str) -> list[Any]:

@@ -67,6 +67,10 @@ class GlyphsParams(Params):
             raise ValueError("name at least one family to hold out")
         return value
 
+    def has_validation_split(self) -> bool:
+        """A validation split exists exactly when ``val_fraction`` > 0."""
+        return self.val_fraction > 0
+
 
 def build_glyphs(params: GlyphsParams, ctx: Any) -> Any:
     """Build the ``glyphs`` dataset bundle (generated or read from the cache)."""
@@ -102,6 +106,10 @@ class FileDatasetParams(Params):
         if value >= 1 and value != int(value):
             raise ValueError("a count of classes must be a whole number (or use a fraction below 1)")
         return value
+
+    def has_validation_split(self) -> bool | None:
+        """A validation split exists exactly when ``val_classes`` > 0 (the file layouts hold none of their own)."""
+        return self.val_classes > 0
 
 
 class Cub200Params(FileDatasetParams):
@@ -214,6 +222,10 @@ class CsvParams(FileDatasetParams):
     query_column: str = Field("query", description="Optional column flagging test queries.")
     gallery_column: str = Field("gallery", description="Optional column flagging test gallery images.")
     delimiter: str = Field(",", min_length=1, max_length=1, description="Field separator.")
+
+    def has_validation_split(self) -> bool | None:
+        """True with ``val_classes`` > 0; otherwise unknown until the file is read (it may hold 'val' rows)."""
+        return True if self.val_classes > 0 else None
 
 
 def build_csv(params: CsvParams, ctx: Any) -> Any:

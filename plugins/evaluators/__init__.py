@@ -35,6 +35,10 @@ class RecallParams(Params):
     def _check_k(cls, v: list[int]) -> list[int]:
         return _positive_sorted(v)
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``recall@<k>`` for every k."""
+        return tuple(f"recall@{k}" for k in self.k)
+
 
 class AveragedParams(Params):
     """Parameters of ``map_at_r`` and ``r_precision``."""
@@ -42,6 +46,27 @@ class AveragedParams(Params):
     average: Literal["queries", "classes"] = Field(
         "queries", description="Average over queries, or per class first (PML avg_of_avgs).")
     per_class: bool = Field(False, description="Write a per-class CSV to the run directory.")
+
+
+class MapAtRParams(AveragedParams):
+    """Parameters of ``map_at_r``."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``map@r``."""
+        return ("map@r",)
+
+
+class RPrecisionParams(AveragedParams):
+    """Parameters of ``r_precision``."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``r_precision``."""
+        return ("r_precision",)
+
+
+def _normalised(base: str, normalizations: list[str]) -> tuple[str, ...]:
+    # The key of a mAP variant: standard -> base, revisiting -> base_revisiting (retrieval.spec_key).
+    return tuple(base + ("" if n == "standard" else "_revisiting") for n in normalizations)
 
 
 class MapAtKParams(AveragedParams):
@@ -52,6 +77,10 @@ class MapAtKParams(AveragedParams):
         default_factory=lambda: ["standard", "revisiting"],
         description="'standard' divides by R (PML, key map@<k>); 'revisiting' by R+1 (key map@<k>_revisiting).")
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``map@<k>`` and/or ``map@<k>_revisiting``."""
+        return _normalised(f"map@{self.k}", self.normalizations)
+
 
 class MapAtCParams(AveragedParams):
     """Parameters of ``map_at_c``."""
@@ -60,9 +89,17 @@ class MapAtCParams(AveragedParams):
         default_factory=lambda: ["standard", "revisiting"],
         description="'standard' divides by R (key map@c); 'revisiting' by R+1 (key map@c_revisiting).")
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``map@c`` and/or ``map@c_revisiting``."""
+        return _normalised("map@c", self.normalizations)
+
 
 class RetrievalParams(RecallParams):
     """Parameters of ``retrieval`` (recall@k, map@r and r_precision together)."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``recall@<k>`` for every k, ``map@r`` and ``r_precision``."""
+        return (*super().metric_names(), "map@r", "r_precision")
 
 
 class ClusteringParams(Params):
@@ -71,6 +108,30 @@ class ClusteringParams(Params):
     iterations: int = Field(20, ge=1, description="k-means iterations (K = number of classes evaluated).")
     average_method: Literal["arithmetic", "geometric", "min", "max"] = Field(
         "arithmetic", description="Normalisation of NMI/AMI (scikit-learn's average_method).")
+
+
+class NmiParams(ClusteringParams):
+    """Parameters of ``nmi``."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``nmi``."""
+        return ("nmi",)
+
+
+class AmiParams(ClusteringParams):
+    """Parameters of ``ami``."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``ami``."""
+        return ("ami",)
+
+
+class F1Params(ClusteringParams):
+    """Parameters of ``f1``."""
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``f1``."""
+        return ("f1",)
 
 
 class PairParams(Params):
@@ -102,6 +163,10 @@ class VerificationParams(PairParams):
             raise ValueError("every FAR must lie in (0, 1)")
         return v
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``tar@far=<FAR>`` for every FAR (formatted like ``1e-3`` → ``0.001``) and ``eer``."""
+        return (*(f"tar@far={far:g}" for far in self.fars), "eer")
+
 
 class OpisParams(PairParams):
     """Parameters of ``opis``."""
@@ -120,6 +185,10 @@ class OpisParams(PairParams):
             raise ValueError("the range must be (low, high) with low < high")
         return v
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``opis``."""
+        return ("opis",)
+
 
 class EpsOpisParams(OpisParams):
     """Parameters of ``eps_opis``."""
@@ -127,6 +196,10 @@ class EpsOpisParams(OpisParams):
     epsilon: float = Field(0.1, gt=0, le=1, description="Share of best and of worst classes compared.")
     pooling: Literal["average", "pairs"] = Field(
         "average", description="Pool a group by averaging its per-class rates, or by pooling its pair counts.")
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``eps_opis``."""
+        return ("eps_opis",)
 
 
 class StructureParams(Params):
@@ -142,6 +215,11 @@ class StructureParams(Params):
     def _check_rho(cls, v: list[int]) -> list[int]:
         return _positive_sorted(v)
 
+    def metric_names(self) -> tuple[str, ...]:
+        """``rho@<m>`` for every m, the density metrics and ``uniformity_g2``."""
+        return (*(f"rho@{m}" for m in self.rho), "pi_intra", "pi_inter", "pi_ratio", "class_concentration_var",
+                "uniformity_g2")
+
 
 def _retrieval(specs: list[tuple[str, Any]], params: Any, name: str) -> Any:
     from dmlplug.evaluation.retrieval import RetrievalEvaluator
@@ -154,12 +232,12 @@ def build_recall(params: RecallParams, ctx: Any) -> Any:
     return _retrieval([("recall", k) for k in params.k], params, "recall")
 
 
-def build_map_at_r(params: AveragedParams, ctx: Any) -> Any:
+def build_map_at_r(params: MapAtRParams, ctx: Any) -> Any:
     """MAP@R."""
     return _retrieval([("map_r", None)], params, "map_at_r")
 
 
-def build_r_precision(params: AveragedParams, ctx: Any) -> Any:
+def build_r_precision(params: RPrecisionParams, ctx: Any) -> Any:
     """R-precision."""
     return _retrieval([("r_precision", None)], params, "r_precision")
 
@@ -188,17 +266,17 @@ def _clustering(metric: str, params: ClusteringParams) -> Any:
     return evaluator
 
 
-def build_nmi(params: ClusteringParams, ctx: Any) -> Any:
+def build_nmi(params: NmiParams, ctx: Any) -> Any:
     """NMI of k-means clusters."""
     return _clustering("nmi", params)
 
 
-def build_ami(params: ClusteringParams, ctx: Any) -> Any:
+def build_ami(params: AmiParams, ctx: Any) -> Any:
     """AMI of k-means clusters."""
     return _clustering("ami", params)
 
 
-def build_f1(params: ClusteringParams, ctx: Any) -> Any:
+def build_f1(params: F1Params, ctx: Any) -> Any:
     """Pair-counting F1 of k-means clusters."""
     return _clustering("f1", params)
 
@@ -246,15 +324,15 @@ def register_evaluators(register: Any) -> None:
     register("retrieval", build_retrieval, params=RetrievalParams,
              description="recall@k, map@r and r_precision from one exact kNN graph (the default).")
     register("recall", build_recall, params=RecallParams, description="Recall@k (keys recall@<k>).")
-    register("map_at_r", build_map_at_r, params=AveragedParams, description="MAP@R (key map@r).")
-    register("r_precision", build_r_precision, params=AveragedParams, description="R-precision (key r_precision).")
+    register("map_at_r", build_map_at_r, params=MapAtRParams, description="MAP@R (key map@r).")
+    register("r_precision", build_r_precision, params=RPrecisionParams, description="R-precision (key r_precision).")
     register("map_at_1000", build_map_at_1000, params=MapAtKParams,
              description="mAP@1000, standard (map@1000) and Revisiting (map@1000_revisiting) normalisation.")
     register("map_at_c", build_map_at_c, params=MapAtCParams,
              description="mAP@C, standard (map@c) and Revisiting (map@c_revisiting) normalisation.")
-    register("nmi", build_nmi, params=ClusteringParams, description="NMI of k-means with K = number of classes.")
-    register("ami", build_ami, params=ClusteringParams, description="AMI of k-means with K = number of classes.")
-    register("f1", build_f1, params=ClusteringParams, description="Pair-counting F1 of the k-means clustering.")
+    register("nmi", build_nmi, params=NmiParams, description="NMI of k-means with K = number of classes.")
+    register("ami", build_ami, params=AmiParams, description="AMI of k-means with K = number of classes.")
+    register("f1", build_f1, params=F1Params, description="Pair-counting F1 of the k-means clustering.")
     register("verification", build_verification, params=VerificationParams,
              description="TAR at given FARs (tar@far=<F>), EER, ROC curve artifact.")
     register("opis", build_opis, params=OpisParams,

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from dmlplug import Params, hookimpl
 from dmlplug.errors import ComponentError
 
 
-class LinearHeadParams(Params):
+class _HeadParams(Params):
+    """What every built-in head shares: its parameters form the one optimizer group ``head``."""
+
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """The head's parameters form one group, named after its section (``head``)."""
+        return (section,)
+
+
+class LinearHeadParams(_HeadParams):
     """Parameters of the ``linear`` head."""
 
     embedding_size: int = Field(128, ge=1, description="Embedding dimension D.")
@@ -22,7 +30,7 @@ class LinearHeadParams(Params):
     bias: bool = Field(True, description="Use a bias in the linear layer.")
 
 
-class MlpHeadParams(Params):
+class MlpHeadParams(_HeadParams):
     """Parameters of the ``mlp`` head."""
 
     embedding_size: int = Field(128, ge=1, description="Embedding dimension D.")
@@ -31,7 +39,7 @@ class MlpHeadParams(Params):
     normalize: bool = Field(True, description="L2-normalise the embedding.")
 
 
-class MultiHeadParams(Params):
+class MultiHeadParams(_HeadParams):
     """Parameters of the ``multi`` head."""
 
     heads: dict[str, int] = Field(
@@ -41,6 +49,31 @@ class MultiHeadParams(Params):
     weights: list[float] | None = Field(
         None, description="Weights of the heads in the evaluation embedding (default: all 1)."
     )
+
+    @field_validator("heads")
+    @classmethod
+    def _some_heads(cls, value: dict[str, int]) -> dict[str, int]:
+        if not value:
+            raise ValueError("name at least one head, e.g. heads = { discriminative = 128 }")
+        if any(size < 1 for size in value.values()):
+            raise ValueError("every head dimension must be >= 1")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _finite_weights(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and any(not w >= 0 or w == float("inf") for w in value):
+            raise ValueError("every weight must be a finite number >= 0")
+        if value is not None and value and not any(w > 0 for w in value):
+            raise ValueError("at least one weight must be > 0 (the evaluation embedding would be zero)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_weight_per_head(self) -> MultiHeadParams:
+        if self.weights is not None and len(self.weights) != len(self.heads):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.heads)} heads "
+                             f"({', '.join(self.heads)}): give one weight per head, in that order")
+        return self
 
 
 def build_linear(params: LinearHeadParams, ctx: Any) -> Any:
@@ -63,7 +96,7 @@ def build_multi(params: MultiHeadParams, ctx: Any) -> Any:
     from dmlplug_builtins.heads.modules import MultiHead
 
     weights = params.weights or [1.0] * len(params.heads)
-    if len(weights) != len(params.heads):
+    if len(weights) != len(params.heads):  # checked by MultiHeadParams too; kept for hand-made params
         raise ComponentError(f"head 'multi': {len(weights)} weights for {len(params.heads)} heads",
                              where="[head] weights")
     return MultiHead(ctx.feature_dim, params.heads, weights)

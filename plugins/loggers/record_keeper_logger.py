@@ -7,11 +7,18 @@ run's loss, miner and regularizers (and their distances, reducers and PML regula
 ``every`` steps hands them to a ``record_keeper.RecordKeeper``: one CSV file per component and an SQLite
 database (``logs.db``) in ``<run>/record_keeper/``, and TensorBoard scalars ``train/pml/<group>/<series>``.
 Evaluation metrics go to the CSV/SQLite records too (group ``eval_<split>``).
+
+Records are written to disk at every checkpoint, and a resumed run first drops the rows past its checkpoint
+(:func:`trim_records`), so after a kill and a resume the records hold every step once, as an uninterrupted
+run's do.
 """
 
 from __future__ import annotations
 
+import csv
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dmlplug import hookimpl
@@ -112,6 +119,8 @@ class RecordKeeperLogger:
         import record_keeper
         from pytorch_metric_learning.utils import common_functions as c_f
 
+        if run.resumed:  # rows written after the checkpoint are trained and recorded again
+            trim_records(run.directory / self.params.subdir, run.step)
         components = trained_components(run)
         for path, module in components.items():
             enable_pml_stats(module, lambda path=path: self.rebuild(path))
@@ -120,9 +129,12 @@ class RecordKeeperLogger:
         if self.params.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            from dmlplug_builtins.loggers import events
+
             # After a resume, drop events logged past the checkpoint, as the TensorBoard logger does.
-            purge = run.step + 1 if run.resumed else None
-            self.tb = SummaryWriter(log_dir=str(run.directory / self.params.tensorboard_subdir), purge_step=purge)
+            log_dir = run.directory / self.params.tensorboard_subdir
+            events.prepare(log_dir, run)
+            self.tb = SummaryWriter(log_dir=str(log_dir))
         self.keeper = record_keeper.RecordKeeper(
             tensorboard_writer=_PrefixedWriter(self.tb) if self.tb is not None else None,
             record_writer=self.writer, attributes_to_search_for=c_f.list_of_recordable_attributes_list_names())
@@ -144,17 +156,92 @@ class RecordKeeperLogger:
         self._save()
 
     @hookimpl
+    def on_checkpoint(self, run, path):
+        """Write the records so far: a run killed later resumes from this checkpoint with none of them lost."""
+        if self.keeper is not None:
+            self._save()
+
+    @hookimpl
     def on_run_end(self, run, status, error):
         """Flush and close."""
         if self.keeper is not None:
             self._save()
         if self.tb is not None:
             self.tb.close()
+            from dmlplug_builtins.loggers import events
+
+            events.release(run.directory / self.params.tensorboard_subdir, run)
 
     def _save(self) -> None:
         self.keeper.save_records()
         if self.tb is not None:
             self.tb.flush()
+
+
+#: The column holding the optimizer step of a record: ``~iteration~`` (record-keeper's), except in the
+#: evaluation groups, whose iteration is the epoch and whose ``step`` column is the optimizer step.
+ITERATION, EVAL_STEP = "~iteration~", "step"
+
+
+def trim_records(folder: Path, step: int) -> None:
+    """Drop every record of ``folder`` (CSV files and ``logs.db``) made after optimizer step ``step``.
+
+    A row whose step cannot be read (a line cut by a kill) is dropped too: it was written after the
+    checkpoint.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.csv")):
+        _trim_csv(path, step)
+    db_path = folder / "logs.db"
+    if db_path.is_file():
+        _trim_db(db_path, step)
+
+
+def _step_column(group: str) -> str:
+    return EVAL_STEP if group.startswith("eval_") else ITERATION
+
+
+def _trim_csv(path: Path, step: int) -> None:
+    column = _step_column(path.stem)
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    kept, header, dropped = [], None, False
+    for row in rows:
+        if row and row[0] == ITERATION:  # record-keeper writes a new header when the columns change
+            header = row
+            kept.append(row)
+            continue
+        try:
+            value = float(row[header.index(column)])
+        except (AttributeError, ValueError, IndexError):
+            value = None
+        if value is not None and value <= step:
+            kept.append(row)
+        else:
+            dropped = True
+    while kept and kept[-1][0] == ITERATION:  # a header left without rows
+        kept.pop()
+        dropped = True
+    if dropped:
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows(kept)
+
+
+def _trim_db(path: Path, step: int) -> None:
+    db = sqlite3.connect(path)
+    try:
+        tables = [row[0] for row in db.execute("select name from sqlite_master where type = 'table' "
+                                               "and name not like 'sqlite_%'")]
+        for table in tables:
+            columns = {row[1] for row in db.execute(f"pragma table_info([{table}])")}
+            column = _step_column(table)
+            if column in columns:
+                db.execute(f"delete from [{table}] where [{column}] > ? or [{column}] is null", (step,))
+        db.commit()
+    finally:
+        db.close()
 
 
 def trained_components(run: Any) -> dict[str, Any]:

@@ -7,14 +7,21 @@ from typing import Any
 
 from dmlplug import hookimpl
 
+#: Evaluation values that count items rather than measure the model: they go to the text record
+#: ``eval/<split>/counts`` and the hyper-parameters, not beside the metrics as scalars.
+BOOKKEEPING = frozenset({"excluded_queries"})
+
 
 class TensorBoardLogger:
     """Event files under stable tags (documented in docs/monitoring.md).
 
+    Every event of a run is logged at the global optimizer step (an evaluation at the step after which it ran,
+    0 for the untrained model), so all curves share one x-axis; the epoch is the scalar ``epoch``.
     Scalars: ``train/loss/<term>`` (every loss and regularizer term and ``total``), ``train/lr/<group>``
-    (every optimizer parameter group), ``eval/<split>/<metric>``. At every evaluation also the histograms
-    ``eval/<split>/pair_distance/positive`` and ``.../negative`` and the evaluator figures
-    ``eval/<split>/figure/<name>``; at the end of the run the embedding projector and the hyper-parameters.
+    (every optimizer parameter group), ``eval/<split>/<metric>``, ``epoch``. At every evaluation also the
+    histograms ``eval/<split>/pair_distance/positive`` and ``.../negative``, the evaluator figures
+    ``eval/<split>/figure/<name>`` and the text ``eval/<split>/counts`` (bookkeeping counts such as
+    ``excluded_queries``); at the end of the run the embedding projector and the hyper-parameters.
 
     Args:
         params: The logger's :class:`~dmlplug_builtins.loggers.TensorBoardParams`.
@@ -23,19 +30,25 @@ class TensorBoardLogger:
     def __init__(self, params: Any):
         self.params = params
         self.writer = None
+        self._epoch_logged: tuple[int, int] | None = None  # (step, epoch) of the last ``epoch`` scalar
 
     @hookimpl
     def on_run_start(self, run):
         """Open the event writer."""
         from torch.utils.tensorboard import SummaryWriter
 
+        from dmlplug_builtins.loggers import events
+
         # After a resume, drop events logged past the checkpoint (the run trains those steps again).
-        purge = run.step + 1 if run.resumed else None
-        self.writer = SummaryWriter(log_dir=str(run.directory / self.params.subdir), purge_step=purge)
+        log_dir = run.directory / self.params.subdir
+        events.prepare(log_dir, run)
+        self.writer = SummaryWriter(log_dir=str(log_dir))
 
     @hookimpl
     def on_epoch_start(self, run, epoch):
-        """``train/lr/<group>`` of every optimizer group."""
+        """``train/lr/<group>`` of every optimizer group (at the epoch's first step, not again on a resume)."""
+        if run.step > (epoch - 1) * run.steps_per_epoch:  # resumed mid-epoch: logged when the epoch started
+            return
         for name, lr in run.learning_rates.items():
             self.writer.add_scalar(f"train/lr/{name}", lr, run.step)
 
@@ -45,13 +58,31 @@ class TensorBoardLogger:
         if step % run.recipe.run.log_every == 0:
             for name, value in losses.items():
                 self.writer.add_scalar(f"train/loss/{name}", value, step)
+            self._log_epoch(step, run.epoch)
+
+    def _log_epoch(self, step: int, epoch: int) -> None:
+        """The scalar ``epoch`` at ``step`` (as Lightning logs it), once per step."""
+        if self._epoch_logged != (step, epoch):
+            self.writer.add_scalar("epoch", epoch, step)
+            self._epoch_logged = (step, epoch)
 
     @hookimpl
     def on_eval_end(self, run, epoch, split, metrics):
-        """Metrics, pair-distance histograms and evaluator figures of the evaluation."""
+        """Metrics, counts, pair-distance histograms and evaluator figures of the evaluation, at the global step."""
+        step = run.step
+        counts = {}
         for name, value in metrics.items():
-            if isinstance(value, float | int):
-                self.writer.add_scalar(f"eval/{split}/{name}", value, epoch)
+            if not isinstance(value, float | int):
+                continue
+            if name in BOOKKEEPING:
+                counts[name] = value
+            else:
+                self.writer.add_scalar(f"eval/{split}/{name}", value, step)
+        self._log_epoch(step, epoch)
+        if counts:
+            rows = "".join(f"| {name} | {_count(value)} |\n" for name, value in sorted(counts.items()))
+            self.writer.add_text(f"eval/{split}/counts", f"epoch {epoch}, step {step}\n\n| count | value |\n"
+                                                         f"|---|---|\n{rows}", step)
         ctx = run.eval_context
         if ctx is not None:
             if self.params.histograms:
@@ -60,14 +91,20 @@ class TensorBoardLogger:
                 pos, neg = sample_pair_distances(ctx, self.params.histogram_pairs, seed=ctx.seed + epoch)
                 for kind, values in (("positive", pos), ("negative", neg)):
                     if len(values):
-                        self.writer.add_histogram(f"eval/{split}/pair_distance/{kind}", values, epoch)
+                        self.writer.add_histogram(f"eval/{split}/pair_distance/{kind}", values, step)
             if self.params.figures:
                 from dmlplug.evaluation.runner import collect_figures
 
                 for name, figure in collect_figures(_evaluators(run), ctx).items():
-                    self.writer.add_figure(f"eval/{split}/figure/{name}", figure, epoch, close=False)
+                    self.writer.add_figure(f"eval/{split}/figure/{name}", figure, step, close=False)
                     figure.clear()
         self.writer.flush()
+
+    @hookimpl
+    def on_checkpoint(self, run, path):
+        """Flush the events: a run killed later resumes from this checkpoint with none of them lost."""
+        if self.writer is not None:
+            self.writer.flush()
 
     @hookimpl
     def on_run_end(self, run, status, error):
@@ -83,6 +120,9 @@ class TensorBoardLogger:
                     self._hparams(run)
         finally:
             self.writer.close()
+            from dmlplug_builtins.loggers import events
+
+            events.release(run.directory / self.params.subdir, run)
 
     def _projector(self, run, ctx) -> None:
         import numpy as np
@@ -102,16 +142,19 @@ class TensorBoardLogger:
         names = list(getattr(source, "class_names", []) or [])
         metadata = [[str(int(y)), _tsv_safe(names[int(y)]) if int(y) < len(names) else str(int(y))] for y in labels]
         self.writer.add_embedding(torch.from_numpy(np.ascontiguousarray(embeddings)), metadata=metadata,
-                                  label_img=label_img, global_step=run.epoch, tag=f"{split}_embeddings",
+                                  label_img=label_img, global_step=run.step, tag=f"{split}_embeddings",
                                   metadata_header=["label", "class"])
 
     def _hparams(self, run) -> None:
         split = run.recipe.evaluation.split
-        metrics = {f"hparams/final/{split}/{k}": float(v) for k, v in run.latest_metrics.items()
-                   if isinstance(v, float | int)}
+        latest = {k: float(v) for k, v in run.latest_metrics.items() if isinstance(v, float | int)}
+        metrics = {f"hparams/final/{split}/{k}": v for k, v in latest.items() if k not in BOOKKEEPING}
         metrics.update({f"hparams/best/{split}/{k}": float(v) for k, v in run.best_metrics.items()
-                        if isinstance(v, float | int)})
-        self.writer.add_hparams(hparam_values(run.flat_recipe), metrics, run_name=".", global_step=run.epoch)
+                        if isinstance(v, float | int) and k not in BOOKKEEPING})
+        # Counts of the last evaluation are facts of the run, shown beside the recipe values.
+        values = {**hparam_values(run.flat_recipe),
+                  **{f"counts/{split}/{k}": v for k, v in latest.items() if k in BOOKKEEPING}}
+        self.writer.add_hparams(values, metrics, run_name=".", global_step=run.step)
 
 
 def _evaluators(run) -> list[Any]:
@@ -125,6 +168,11 @@ def hparam_values(flat: Mapping[str, Any]) -> dict[str, Any]:
     Booleans, numbers and strings are kept; anything else (lists, ``None``) becomes its string form.
     """
     return {key: value if isinstance(value, bool | int | float | str) else str(value) for key, value in flat.items()}
+
+
+def _count(value: float) -> str:
+    """A count as an integer when it is one (``3``, not ``3.0``)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _tsv_safe(text: str) -> str:

@@ -150,6 +150,14 @@ class FewShotParams(FewShotSettings):
                           "dataset; without one, episodes are sampled from the test split).")
     split_id: int | None = Field(None, ge=1, description="Split id in split_file (default: the run's split).")
 
+    def metric_names(self) -> tuple[str, ...]:
+        """No per-epoch metric: ``evaluate`` returns none (so none can select best.pt).
+
+        The evaluator adapts the model once, after training, and records its results
+        (``fewshot/<k>shot/<mode>/<metric>``) in fewshot.json and under ``fewshot`` in results.json.
+        """
+        return ()
+
 
 def build_fewshot(params: FewShotParams, ctx: Any) -> Any:
     """The few-shot evaluator (it runs the protocol when its run completes, see :func:`on_run_end`)."""

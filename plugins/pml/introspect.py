@@ -45,7 +45,8 @@ def table_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | N
     }
     fields.update({arg.name: arg_field(arg) for arg in spec.args})
     fields.update(extra or {})
-    return create_model(f"{camel(spec.name)}{camel(kind)}Table", __base__=Params, **fields)
+    return create_model(f"{camel(spec.name)}{camel(kind)}Table", __base__=Params,
+                        __doc__=getattr(spec, "description", None) or f"pytorch-metric-learning {spec.cls}.", **fields)
 
 
 def _union(models: list[type[Params]]) -> Any:

@@ -33,11 +33,19 @@ class MPerClassParams(RandomParams):
 
     m: int = Field(4, gt=0, description="Samples per class in a batch (batch_size must be divisible by m).")
 
+    def batch_size_multiple(self) -> int:
+        """``m``: every batch holds ``batch_size / m`` classes."""
+        return self.m
+
 
 class ClassRandomParams(RandomParams):
     """Parameters of sampler 'class_random' (SPC-k, METHODS §8.1)."""
 
     k: int = Field(2, gt=0, description="Samples per class draw (SPC-k; batch_size must be divisible by k).")
+
+    def batch_size_multiple(self) -> int:
+        """``k``: every batch holds ``batch_size / k`` class draws."""
+        return self.k
 
 
 class HierarchicalParams(RandomParams):
@@ -45,6 +53,10 @@ class HierarchicalParams(RandomParams):
 
     m: int = Field(4, gt=0, description="Samples per class in a batch.")
     super_classes_per_batch: int = Field(2, gt=0, description="Distinct super-classes in every batch.")
+
+    def batch_size_multiple(self) -> int:
+        """``m * super_classes_per_batch``: each super-class fills an equal share of whole classes."""
+        return self.m * self.super_classes_per_batch
 
 
 def _common(ctx: Any, who: str) -> tuple[Any, int, int]:

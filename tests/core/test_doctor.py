@@ -44,3 +44,13 @@ def test_broken_plugin_fails_the_doctor(tmp_path):
     rows = json.loads(ok.stdout)
     assert not [r for r in rows if r["status"] == "fail"], rows
     assert ok.returncode == 0
+
+
+def test_unsupported_pml_major_version_fails_with_the_install_command(monkeypatch):
+    from dmlplug import doctor
+
+    assert next(c for c in diagnose() if c.name == "pytorch-metric-learning").status == "ok"
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: "3.0.1" if dist == "pytorch-metric-learning" else real(dist))
+    check = next(c for c in diagnose() if c.name == "pytorch-metric-learning")
+    assert check.status == "fail" and "3.0.1" in check.detail and "<3" in check.fix

@@ -15,7 +15,8 @@ from dmlplug.errors import DataError
 from dmlplug.report import build_report, write_report
 
 
-def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, curve=(), split=None):
+def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, curve=(), split=None,
+             status="completed", recipe_changes=None):
     """A run directory as `dmlplug run` writes it (only the files the report reads)."""
     directory.mkdir(parents=True)
     recipe = {"run": {"name": name, "seed": seed, "output_dir": "runs", "epochs": len(curve)},
@@ -24,10 +25,16 @@ def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, c
     if split is not None:
         recipe["data"] = {"dataset": {"name": "oodml_split", "split_file": str(split[0]), "split_id": split[1],
                                       "part": "zero_shot", "dataset": {"name": "glyphs"}}}
+    for dotted, value in (recipe_changes or {}).items():
+        *parents, leaf = dotted.split(".")
+        table = recipe
+        for part in parents:
+            table = table.setdefault(part, {})
+        table[leaf] = value
     (directory / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
     final = final or {}
     (directory / "results.json").write_text(json.dumps({
-        "status": "completed", "name": name, "metrics": final, "best_metrics": best or final, "best_epoch": 1}))
+        "status": status, "name": name, "metrics": final, "best_metrics": best or final, "best_epoch": 1}))
     lines = [json.dumps({"epoch": e, "step": 10 * e, "split": "test", "time": 0.0, **m}) for e, m in enumerate(curve)]
     (directory / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     return directory
@@ -154,3 +161,51 @@ def test_cli_prints_the_report(tmp_path):
     assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,final/recall@1/mean")
     bad = run_cli("report", tmp_path / "nope")
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_labels_show_every_difference_in_full(tmp_path):
+    # Five keys differ between the first two groups: a label cut after three would read the same for both.
+    common = {"a.k1": 1, "a.k2": 2, "a.k3": 3, "a.k4": 4}
+    fake_run(tmp_path / "x", final={"recall@1": 0.1}, recipe_changes={**common, "evaluation.every": 1})
+    fake_run(tmp_path / "y", final={"recall@1": 0.2}, recipe_changes={**common, "evaluation.every": 2})
+    fake_run(tmp_path / "z", final={"recall@1": 0.3}, recipe_changes={"a.k1": 9, "a.k2": 9, "a.k3": 9, "a.k4": 9,
+                                                                      "evaluation.every": 1})
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    assert labels == ["exp (a.k1=1, a.k2=2, a.k3=3, a.k4=4, evaluation.every=1)",
+                      "exp (a.k1=1, a.k2=2, a.k3=3, a.k4=4, evaluation.every=2)",
+                      "exp (a.k1=9, a.k2=9, a.k3=9, a.k4=9, evaluation.every=1)"]
+
+
+def test_two_oodml_splits_read_differently(tmp_path):
+    for split_id in (1, 2):
+        fake_run(tmp_path / f"s{split_id}", name="sweep", final={"recall@1": 0.5},
+                 split=(tmp_path / "f.json", split_id))
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    assert labels == ["sweep (data.dataset.split_id=1)", "sweep (data.dataset.split_id=2)"]
+
+
+def test_labels_that_would_print_alike_are_numbered(tmp_path):
+    fake_run(tmp_path / "a", final={"recall@1": 0.1}, recipe_changes={"head.x": 1})
+    fake_run(tmp_path / "b", final={"recall@1": 0.2}, recipe_changes={"head.x": "1"})
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    assert labels == ["exp (head.x=1) #1", "exp (head.x=1) #2"]
+
+
+def test_failed_and_interrupted_runs_are_marked_and_not_averaged(tmp_path):
+    fake_run(tmp_path / "s0", seed=0, final={"recall@1": 0.6})
+    fake_run(tmp_path / "s1", seed=1, final={"recall@1": 0.8})
+    fake_run(tmp_path / "s2", seed=2, final={"recall@1": 0.1}, status="interrupted")
+    fake_run(tmp_path / "s3", seed=3, final={"recall@1": 0.05}, status="failed")
+    report = build_report([tmp_path])
+    by_label = {g.label: g for g in report.groups}
+    assert set(by_label) == {"exp", "exp [interrupted]", "exp [failed]"}
+    done = by_label["exp"]
+    assert done.status == "completed" and done.seeds == [0, 1]
+    assert done.stat("final", "recall@1")[0] == pytest.approx(0.7)  # the unfinished runs are not in the mean
+    assert by_label["exp [interrupted]"].seeds == [2] and by_label["exp [failed]"].status == "failed"
+    text = report.markdown()
+    assert "| exp | 2 | 0.7000 ± 0.1414 |" in text and "| exp [interrupted] | 1 | 0.1000 |" in text
+    assert "Not completed" in text and "exp [failed]" in text.split("Not completed")[1]
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO(report.csv()))}
+    assert {label: r["status"] for label, r in rows.items()} == {
+        "exp": "completed", "exp [interrupted]": "interrupted", "exp [failed]": "failed"}

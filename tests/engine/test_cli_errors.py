@@ -82,3 +82,55 @@ def test_broken_plugin_is_reported_and_does_not_take_the_cli_down(tiny_recipe, t
     recipe = tmp_path / "needs.toml"
     recipe.write_text(TINY_RECIPE.replace('name = "multi_similarity"', 'name = "broken_loss"'))
     assert_clean_failure(run_cli("validate", recipe, env=env), "unknown loss 'broken_loss'", "broken")
+
+
+def assert_usage_error(proc, *needles):
+    """A command-line mistake: typer's usage message and exit status 2, never an internal error."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "please report" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["run"], ["Usage: dmlplug run", "Missing argument 'RECIPE'"]),
+        (["validate"], ["Usage: dmlplug validate", "Missing argument 'RECIPE'"]),
+        (["run", "q.toml", "--bogus"], ["Usage: dmlplug run", "No such option: --bogus"]),
+        (["run", "q.toml", "--quite"], ["No such option: --quite", "--quiet"]),
+        (["frobnicate"], ["Usage: dmlplug", "No such command 'frobnicate'"]),
+        (["lst", "losses"], ["No such command 'lst'", "Did you mean 'list'?"]),
+        (["list", "losses", "arcface", "extra"], ["Usage: dmlplug list", "unexpected extra argument"]),
+        (["plugin", "new"], ["Usage: dmlplug plugin new", "Missing argument"]),
+    ],
+    ids=["run-no-recipe", "validate-no-recipe", "unknown-option", "misspelt-option", "unknown-command",
+         "misspelt-command", "extra-argument", "plugin-new-no-name"],
+)
+def test_command_line_mistakes_are_usage_errors(args, needles):
+    assert_usage_error(run_cli(*args), *needles)
+
+
+def test_version_needs_no_command():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("dmlplug "), proc
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_works_wherever_it_is_placed(tmp_path, where):
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(TINY_RECIPE.replace('name = "multi_similarity"', 'name = "nope"'))
+    args = ["--debug", "validate", recipe] if where == "before" else ["validate", recipe, "--debug"]
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
+    assert "unknown loss 'nope'" in proc.stderr
+
+
+def test_debug_after_a_double_dash_is_left_to_the_command():
+    from dmlplug.cli import split_debug
+
+    assert split_debug(["run", "r.toml", "--debug"]) == (["run", "r.toml"], True)
+    assert split_debug(["--debug", "run", "r.toml"]) == (["run", "r.toml"], True)
+    assert split_debug(["run", "--", "--debug"]) == (["run", "--", "--debug"], False)
+    assert split_debug(["run", "r.toml"]) == (["run", "r.toml"], False)

@@ -158,7 +158,8 @@ def test_tensorboard_tags_read_back(logged_run):
     assert {"eval/test/pair_distance/positive", "eval/test/pair_distance/negative"} <= set(tags["histograms"])
     pos = acc.Histograms("eval/test/pair_distance/positive")
     neg = acc.Histograms("eval/test/pair_distance/negative")
-    assert [e.step for e in pos] == [0, 1]
+    steps = _steps(logged_run)
+    assert [e.step for e in pos] == [0, steps]  # at the global step of each evaluation
     last_pos, last_neg = pos[-1].histogram_value, neg[-1].histogram_value
     assert last_pos.num == last_neg.num == 20_000
     assert last_pos.sum / last_pos.num < last_neg.sum / last_neg.num
@@ -166,6 +167,35 @@ def test_tensorboard_tags_read_back(logged_run):
     # OPIS utility curves as an image per evaluation.
     images = acc.Images("eval/test/figure/opis_utility")
     assert len(images) == 2 and images[0].encoded_image_string.startswith(b"\x89PNG")
+    assert [e.step for e in images] == [0, steps]
+
+
+def _steps(run_dir):
+    import json
+
+    return json.loads((run_dir / "results.json").read_text())["steps"]
+
+
+@pytest.mark.slow
+def test_every_tensorboard_scalar_uses_the_global_step(logged_run):
+    acc = _events(logged_run / "tb")
+    steps = _steps(logged_run)
+    assert steps > 1
+    scalars = set(acc.Tags()["scalars"])
+    # Evaluations at the step after which they ran (0: the untrained model), on the axis of the training curves.
+    assert [e.step for e in acc.Scalars("eval/test/recall@1")] == [0, steps]
+    assert [e.step for e in acc.Scalars("train/loss/total")] == list(range(1, steps + 1))  # log_every = 1
+    for tag in scalars - {"epoch"}:
+        assert all(0 <= e.step <= steps for e in acc.Scalars(tag)), tag
+    # The epoch is a scalar of its own, one point per logged step.
+    epoch = {e.step: e.value for e in acc.Scalars("epoch")}
+    assert len(epoch) == len(acc.Scalars("epoch"))
+    assert epoch[0] == 0 and epoch[steps] == 1 and all(epoch[s] == 1 for s in range(1, steps + 1))
+    # Bookkeeping counts are text beside the evaluation, not a curve beside the metrics.
+    assert not any(tag.endswith("excluded_queries") for tag in scalars)
+    texts = acc.Tensors("eval/test/counts/text_summary")
+    assert [e.step for e in texts] == [0, steps]
+    assert "excluded_queries | 0" in texts[-1].tensor_proto.string_val[0].decode()
 
 
 @pytest.mark.slow
@@ -178,6 +208,8 @@ def test_hparams_and_projector_read_back(logged_run):
     hparams = session.session_start_info.hparams
     assert hparams["loss.name"].string_value == "multi_similarity"
     assert hparams["run.epochs"].number_value == 1
+    assert hparams["counts/test/excluded_queries"].number_value == 0
+    assert not any("excluded_queries" in tag for tag in acc.Tags()["scalars"])
     assert "hparams/final/test/recall@1" in acc.Tags()["scalars"]
     final = acc.Scalars("hparams/final/test/recall@1")[-1].value
     import json

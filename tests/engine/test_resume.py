@@ -207,3 +207,110 @@ def test_every_builtin_sampler_resumes_mid_epoch_at_the_same_batches(name):
     assert len(fresh) == 2 and list(fresh) == whole[5:]
     fresh.set_epoch(2)
     assert list(fresh) != whole  # another epoch, other batches
+
+
+LOGGED = TINY_RECIPE.replace("[optimizer]", '[miner]\nname = "multi_similarity"\n[optimizer]') + """
+[[loggers]]
+name = "tensorboard"
+histograms = false
+figures = false
+projector = false
+hparams = false
+[[loggers]]
+name = "record_keeper"
+every = 1
+"""
+
+
+# Stalls (for the test to SIGKILL it) right after the evaluation of epoch 1, whose records are on disk, while the
+# last checkpoint is still the one of step 3: the resumed run trains step 4 and evaluates epoch 1 again.
+STALL_AFTER_EVAL = """
+import sys, time
+from pathlib import Path
+from dmlplug import hookimpl
+from dmlplug.plugins import get_host
+from dmlplug.cli import main
+
+class Stall:
+    @hookimpl
+    def on_eval_end(self, run, epoch, split, metrics):
+        if epoch == 1:
+            Path(sys.argv[1]).write_text(str(run.step))
+            time.sleep(600)
+
+get_host().pm.register(Stall(), "stall")
+main(sys.argv[2:])
+"""
+
+
+def _csv_rows(run_dir):
+    import csv
+
+    return {path.name: list(csv.reader(path.open())) for path in sorted((run_dir / "record_keeper").glob("*.csv"))}
+
+
+def _db_rows(run_dir):
+    import sqlite3
+
+    db = sqlite3.connect(run_dir / "record_keeper" / "logs.db")
+    try:
+        tables = [row[0] for row in db.execute("select name from sqlite_master where type = 'table' "
+                                               "and name not like 'sqlite_%' order by name")]
+        # every column but the autoincrement id, in insertion order
+        return {t: [row[1:] for row in db.execute(f"select * from [{t}] order by id")] for t in tables}
+    finally:
+        db.close()
+
+
+def _scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, round(e.value, 5)) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stall", [STALL, STALL_AFTER_EVAL], ids=["mid-epoch", "after-evaluation"])
+def test_logs_after_a_kill_and_a_resume_match_an_uninterrupted_run(tmp_path, stall):
+    """Record-keeper CSV/SQLite rows and TensorBoard scalars: none twice, none missing.
+
+    Killed mid-epoch, rows up to the checkpoint must be on disk; killed after an evaluation that followed the
+    last checkpoint, the rows and events past it must go (the resumed run writes them again).
+    """
+    import dmlplug
+
+    recipe = tmp_path / "logged.toml"
+    recipe.write_text(LOGGED)
+    overrides = [*SMALL, "run.log_every=1"]
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    dmlplug.run(recipe, overrides=overrides, out=full, quiet=True)
+
+    script, marker = tmp_path / "stall.py", tmp_path / "checkpointed"
+    script.write_text(stall)
+    child = subprocess.Popen([sys.executable, str(script), str(marker), "run", str(recipe), "--out", str(killed),
+                              "--quiet", *_set(*overrides)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.time() + 300
+        while not marker.exists():
+            assert child.poll() is None, child.stderr.read()
+            assert time.time() < deadline, "no mid-epoch checkpoint appeared"
+            time.sleep(0.2)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stderr.close()
+    assert dmlplug.run(killed, resume=True, quiet=True).status == "completed"
+
+    expected = _csv_rows(full)
+    assert "miner_MultiSimilarityMiner.csv" in expected and "eval_test.csv" in expected
+    assert [int(r[0]) for r in expected["miner_MultiSimilarityMiner.csv"][1:]] == list(range(1, 9))
+    assert _csv_rows(killed) == expected  # no row twice, none missing
+    assert _db_rows(killed) == _db_rows(full)
+    scalars = _scalars(full)
+    assert [s for s, _ in scalars["train/loss/total"]] == list(range(1, 9))
+    assert [s for s, _ in scalars["train/pml/miner_MultiSimilarityMiner/num_pos_pairs"]] == list(range(1, 9))
+    assert _scalars(killed) == scalars

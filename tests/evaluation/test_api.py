@@ -154,3 +154,61 @@ def test_plugin_and_evaluation_package_do_not_import_torch():
             "dmlplug.evaluation.clustering; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _split_without_shared_classes(data):
+    """Queries and gallery with disjoint classes: no query has a relevant gallery item."""
+    x, y = data
+    q = y < np.median(y)
+    return x, y, q, ~q
+
+
+def test_no_valid_query_is_an_error_naming_the_cause(data):
+    x, y, q, g = _split_without_shared_classes(data)
+    with pytest.raises(DataError, match="no valid query") as info:
+        evaluate(x, y, query_mask=q, gallery_mask=g)
+    assert f"excluded_queries = {int(q.sum())}" in str(info.value) and "query_mask" in info.value.fix
+    # without a kNN evaluator the split is fine: clustering metrics need no query
+    assert set(evaluate(x, y, ["nmi"], query_mask=q, gallery_mask=g)) == {"nmi"}
+    # some lone queries are reported, not refused
+    q2 = q.copy()
+    q2[np.flatnonzero(~q)[0]] = True
+    metrics = evaluate(x, y, query_mask=q2, gallery_mask=np.ones(len(y), bool))
+    assert metrics["excluded_queries"] >= 0 and np.isfinite(metrics["recall@1"])
+
+
+def test_cli_no_valid_query_exits_non_zero(tmp_path, data):
+    x, y, q, g = _split_without_shared_classes(data)
+    path = tmp_path / "disjoint.npz"
+    np.savez(path, embeddings=x, labels=y, query_mask=q, gallery_mask=g)
+    proc = subprocess.run([sys.executable, "-m", "dmlplug", "evaluate", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2, proc
+    assert "no valid query" in proc.stderr and str(path) in proc.stderr and "nan" not in proc.stdout
+
+
+def test_bad_npz_files_name_the_file_the_array_and_the_fix(tmp_path, data):
+    x, y = data
+    (tmp_path / "text.npz").write_text("not a zip")
+    np.save(tmp_path / "single.npy", x)
+    (tmp_path / "single.npy").rename(tmp_path / "single.npz")
+    np.savez(tmp_path / "objects.npz", embeddings=np.array([object()] * len(y)), labels=y)
+    bad = x.copy()
+    bad[[3, 5]] = np.nan
+    bad[9, 0] = np.inf
+    np.savez(tmp_path / "nan.npz", embeddings=bad, labels=y)
+    nan_labels = y.astype(float)
+    nan_labels[2] = np.nan
+    np.savez(tmp_path / "nanlabels.npz", embeddings=x, labels=nan_labels)
+    cases = {
+        "text.npz": ("not an .npz file", "text.npz"),
+        "single.npz": ("single .npy array", "single.npz"),
+        "objects.npz": ("array 'embeddings'", "objects.npz:embeddings"),
+        "nan.npz": ("'embeddings' rows 3, 5, 9 (3 of", "nan.npz:embeddings[3]"),
+        "nanlabels.npz": ("'labels' row 2 (1 of", "nanlabels.npz:labels[2]"),
+    }
+    for name, (what, where) in cases.items():
+        with pytest.raises(DataError) as info:
+            load_npz(tmp_path / name)
+        message = info.value.render()
+        assert what in message and where in info.value.where and name in info.value.what, message
+        assert info.value.fix and "pickle" not in message.lower(), message

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import dmlplug
-from dmlplug.errors import ComponentError
+from dmlplug.errors import ComponentError, RecipeError
 from dmlplug.protocols import Backbone
 from dmlplug_builtins.backbones.timm_backbone import TimmBackbone
 
@@ -55,6 +55,15 @@ def test_pretrained_weights_from_a_local_file(tmp_path):
 
 
 def test_unknown_timm_model_suggests():
+    # Rejected with the parameters (from the stored timm names), before the factory runs.
+    with pytest.raises(RecipeError, match="did you mean 'resnet50'"):
+        backbone(model="resnet5O")
+
+
+def test_the_factory_checks_timm_itself_when_the_stored_names_cannot_judge(monkeypatch):
+    from dmlplug_builtins import backbones
+
+    monkeypatch.setattr(backbones, "_installed_timm", lambda: "another version")
     with pytest.raises(ComponentError, match="did you mean"):
         backbone(model="resnet5O")
 

@@ -1,0 +1,56 @@
+"""Installable like a library: ranges in pyproject.toml, the exact tested set in constraints.txt, used by CI."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def _requirements() -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"]["dev"]]]
+
+
+def test_readme_install_and_test_commands_use_the_constraints():
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for line in readme.splitlines() if "pip install" in line and ".venv" in line]
+    assert len(commands) == 2, commands  # the two set-up commands
+    assert all("-c constraints.txt" in c for c in commands)
+    assert "-c constraints.txt" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_dependency_is_a_range_and_pinned_inside_it():
+    pins = _constraints()
+    for req in _requirements():
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert not any(s.operator == "==" for s in req.specifier), f"{req}: a library states ranges, not pins"
+        assert name in pins, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} is outside {req}"
+
+
+def test_pml_has_an_upper_bound_below_the_unsupported_major():
+    pml = next(r for r in _requirements() if r.name == "pytorch-metric-learning")
+    assert not pml.specifier.contains("3.0.0") and pml.specifier.contains("2.9.0")
+
+
+def test_the_installed_environment_is_the_constrained_one():
+    pins = _constraints()
+    for name in ("torch", "torchvision", "pytorch-metric-learning", "timm", "faiss-cpu"):
+        assert metadata.version(name) == pins[name], f"{name}: installed {metadata.version(name)}, pinned {pins[name]}"

@@ -1,0 +1,258 @@
+"""`dmlplug validate` catches what a run would otherwise find only after building everything (issue 15, item 1).
+
+Each mistake gets a recipe that fails validation with what / where / fix, next to the good form that passes.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+import dmlplug
+from dmlplug import Params
+from dmlplug.errors import RecipeError, RunError
+from dmlplug.evaluation import knn
+from dmlplug.knn_backends import KNN_BACKENDS
+from dmlplug.recipe import load_recipe
+from dmlplug.recipe.schema import EvaluationSection
+from dmlplug.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "recipes" / "quickstart.toml"
+
+
+def _fails(overrides: list[str], *phrases: str, recipe: Path | dict = QUICKSTART) -> RecipeError:
+    with pytest.raises(RecipeError) as info:
+        dmlplug.validate(recipe, overrides=overrides)
+    text = str(info.value)
+    for phrase in phrases:
+        assert phrase in text, text
+    return info.value
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "recipes").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_recipe_still_validates(recipe, monkeypatch, tmp_path):
+    monkeypatch.setenv("DMLPLUG_DATA", str(tmp_path))
+    dmlplug.validate(recipe)
+
+
+# ------------------------------------------------------------------------------------------------ kNN backends
+
+
+def test_knn_backends_are_one_list_for_schema_docs_and_search():
+    assert typing.get_args(EvaluationSection.model_fields["backend"].annotation) == KNN_BACKENDS
+    assert knn.BACKENDS == KNN_BACKENDS
+    assert "faiss-gpu" in KNN_BACKENDS
+    row = next(line for line in (ROOT / "docs" / "recipes.md").read_text().splitlines()
+               if line.startswith("| `backend` |"))
+    assert all(name in row for name in KNN_BACKENDS), row
+
+
+@pytest.mark.parametrize("backend", KNN_BACKENDS)
+def test_every_backend_the_search_accepts_validates(backend):
+    recipe = dmlplug.validate(QUICKSTART, overrides=[f'evaluation.backend="{backend}"'])
+    assert recipe.recipe.evaluation.backend == backend
+
+
+def test_a_backend_the_search_rejects_fails_validate():
+    _fails(['evaluation.backend="faiss"'], "evaluation.backend", "'faiss-cpu'", "'faiss-gpu'", "quickstart.toml")
+    with pytest.raises(RunError, match="did you mean 'faiss-cpu'"):
+        knn.resolve_backend("faiss-cpus", on_cuda=False)
+
+
+# ------------------------------------------------------------------------------------------------ selection metric
+
+
+def test_misspelt_selection_metric_fails_with_a_suggestion():
+    error = _fails(['evaluation.metric="recal@1"'], "'recal@1'", "did you mean 'recall@1'")
+    assert "[evaluation] metric" in error.where and "recall@1" in error.fix
+
+
+def test_selection_metric_of_any_evaluator_validates():
+    dmlplug.validate(QUICKSTART, overrides=['evaluation.metric="map@r"'])
+    _fails(['evaluation.metric="recall@16"'], "'recall@16'")
+    dmlplug.validate(QUICKSTART, overrides=['evaluation.metric="recall@16"', "evaluators.0.k=[1, 16]"])
+
+
+def test_metric_of_an_evaluator_not_in_the_recipe_fails():
+    # nmi is a real metric, but no evaluator of this recipe produces it.
+    _fails(['evaluation.metric="nmi"'], "'nmi'", "recall, map_at_r")
+
+
+class _KParams(Params):
+    k: list[int] = Field(default_factory=lambda: [1], description="k")
+
+    def metric_names(self) -> tuple[str, ...]:
+        return tuple(f"recall@{k}" for k in self.k)
+
+
+def _toy_registry(extra_evaluator_params: type[Params] | None = None) -> Registry:
+    reg = Registry()
+    f = lambda params, ctx: None  # noqa: E731
+    reg.register_callback("datasets", "t")("toy", f)
+    reg.register_callback("samplers", "t")("random", f)
+    reg.register_callback("backbones", "t")("timm", f)
+    reg.register_callback("heads", "t")("linear", f)
+    reg.register_callback("losses", "t")("triplet", f)
+    reg.register_callback("evaluators", "t")("recall", f, params=_KParams)
+    reg.register_callback("evaluators", "t")("third_party", f, params=extra_evaluator_params)
+    reg.register_callback("loggers", "t")("console", f)
+    return reg
+
+
+def _toy_recipe(*evaluators: str, metric: str, **sections: dict) -> dict:
+    return {"data": {"dataset": {"name": "toy"}, "sampler": {"name": "random"}}, "backbone": {"name": "timm"},
+            "loss": {"name": "triplet"}, "evaluators": [{"name": e} for e in evaluators],
+            "loggers": [{"name": "console"}], "evaluation": {"metric": metric}, **sections}
+
+
+def test_an_evaluator_that_does_not_declare_its_metrics_skips_the_check():
+    # Third-party evaluators written before metric_names() existed keep working: the run checks instead.
+    load_recipe(_toy_recipe("recall", "third_party", metric="their_metric"), registry=_toy_registry())
+    with pytest.raises(RecipeError, match="'their_metric'"):
+        load_recipe(_toy_recipe("recall", metric="their_metric"), registry=_toy_registry())
+
+
+# ------------------------------------------------------------------------------------------------ validation split
+
+
+def test_val_split_without_validation_classes_fails():
+    error = _fails(['evaluation.split="val"'], 'split is "val"', "'glyphs'", "val_fraction")
+    assert "[evaluation] split" in error.where
+
+
+def test_val_split_with_validation_classes_validates():
+    dmlplug.validate(QUICKSTART, overrides=['evaluation.split="val"', "data.dataset.val_fraction=0.2"])
+
+
+@pytest.mark.parametrize(("val_classes", "expected"), [(0, False), (0.2, True), (10, True)])
+def test_file_datasets_know_their_validation_split(val_classes, expected):
+    recipe = {"data": {"dataset": {"name": "cub200", "root": "/nowhere", "val_classes": val_classes}},
+              "backbone": {"name": "timm", "model": "resnet18"}, "loss": {"name": "triplet_margin"},
+              "evaluation": {"split": "val"}}
+    if expected:
+        dmlplug.validate(recipe)
+    else:
+        _fails([], 'split is "val"', "'cub200'", recipe=recipe)
+
+
+def test_a_csv_list_may_hold_val_rows_so_validate_leaves_it_to_the_run():
+    recipe = {"data": {"dataset": {"name": "csv", "root": "/nowhere"}}, "backbone": {"name": "timm"},
+              "loss": {"name": "triplet_margin"}, "evaluation": {"split": "val"}}
+    dmlplug.validate(recipe)
+
+
+def test_run_checks_the_val_split_after_the_dataset_and_before_the_model(monkeypatch, tmp_path):
+    from dmlplug.engine import build
+    from dmlplug.plugins import get_host
+
+    recipe = dmlplug.validate(QUICKSTART, overrides=["data.dataset.num_classes=60", "data.dataset.images_per_class=4",
+                                                    "data.dataset.image_size=16", "data.batch_size=8"])
+    # What validate cannot know (a CSV list without 'val' rows) is simulated by changing the split afterwards.
+    recipe.recipe.evaluation.split = "val"
+    monkeypatch.setenv("DMLPLUG_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(build, "build_model", lambda *a, **k: calls.append("model"))
+    ctx = build.new_context(recipe, device="cpu", host=get_host())
+    with pytest.raises(RunError, match='split is "val"'):
+        build.build_components(recipe, ctx)
+    assert calls == []
+
+
+# ------------------------------------------------------------------------------------------------ batch size
+
+
+@pytest.mark.parametrize(("sampler", "phrase"), [
+    (["data.sampler.m=5"], "use batch_size = 60 or 65"),
+    (['data.sampler={name = "class_random", k = 3}'], "use batch_size = 63 or 66"),
+    (["data.batch_size=2", "data.sampler.m=3"], "use batch_size = 3"),
+])
+def test_batch_size_not_a_multiple_of_the_sampler_group_fails(sampler, phrase):
+    error = _fails(sampler, "is not a multiple", phrase)
+    assert "[data] batch_size" in error.where
+
+
+def test_hierarchical_sampler_batch_size_is_a_multiple_of_its_classes_per_batch():
+    sop = ROOT / "recipes" / "sop_arcface_tcm.toml"  # SOP has the super-class labels the sampler needs
+    sampler = 'data.sampler={name = "hierarchical", m = 4, super_classes_per_batch = 5}'
+    _fails([sampler], "batch_size = 384 is not a multiple of 20", "use batch_size = 380 or 400", recipe=sop)
+    dmlplug.validate(sop, overrides=[sampler, "data.batch_size=400"])
+
+
+def test_batch_size_that_divides_validates():
+    dmlplug.validate(QUICKSTART, overrides=["data.sampler.m=8"])
+    dmlplug.validate(QUICKSTART, overrides=["data.sampler.m=5", "data.batch_size=60"])
+    dmlplug.validate(QUICKSTART, overrides=['data.sampler={name = "random"}', "data.batch_size=63"])
+
+
+# ------------------------------------------------------------------------------------------------ optimizer groups
+
+
+class _GroupParams(Params):
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        return (section, "beta")
+
+
+def _group_registry(loss_params: type[Params] | None) -> Registry:
+    reg = _toy_registry()
+    f = lambda params, ctx: None  # noqa: E731
+    reg.register_callback("losses", "t")("margin", f, params=loss_params)
+
+    class Declared(Params):
+        def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+            return (section,)
+
+    reg.register_callback("backbones", "t")("declared", f, params=Declared)
+    reg.register_callback("heads", "t")("declared", f, params=Declared)
+    return reg
+
+
+def _group_recipe(*groups: str) -> dict:
+    return _toy_recipe("recall", metric="recall@1", backbone={"name": "declared"}, head={"name": "declared"},
+                       loss={"name": "margin"}, optimizer={"groups": {g: {"lr_mult": 2.0} for g in groups}})
+
+
+def test_unknown_optimizer_group_fails_with_a_suggestion():
+    registry = _group_registry(_GroupParams)
+    load_recipe(_group_recipe("backbone", "beta", "loss"), registry=registry)
+    with pytest.raises(RecipeError, match=r"optimizer.groups.bakbone.*did you mean 'backbone'") as info:
+        load_recipe(_group_recipe("bakbone"), registry=registry)
+    assert "backbone, head, loss, beta" in info.value.fix
+    assert "[optimizer.groups.bakbone]" in info.value.where
+
+
+def test_optimizer_groups_are_not_judged_while_a_component_does_not_declare():
+    load_recipe(_group_recipe("whatever"), registry=_group_registry(None))
+
+
+def test_built_in_backbone_and_head_declare_their_group():
+    recipe = dmlplug.validate(QUICKSTART)
+    assert recipe.components["backbone"].params.optimizer_group_names("backbone") == ("backbone",)
+    assert recipe.components["head"].params.optimizer_group_names("head") == ("head",)
+
+
+# ------------------------------------------------------------------------------------------------ multi head weights
+
+
+def test_multi_head_weights_are_checked_by_validate():
+    diva = ROOT / "recipes" / "glyphs_diva.toml"
+    _fails(["head.weights=[1.0, 1.0]"], "2 weights for 4 heads", "discriminative", recipe=diva)
+    _fails(["head.weights=[0.0, 0.0, 0.0, 0.0]"], "at least one weight must be > 0", recipe=diva)
+    _fails(["head.weights=[1.0, -1.0, 1.0, 1.0]"], "finite number >= 0", recipe=diva)
+    dmlplug.validate(diva, overrides=["head.weights=[1.0, 0.5, 0.0, 1.0]"])
+
+
+# ------------------------------------------------------------------------------------------------ timm model names
+
+
+def test_unknown_timm_model_fails_with_a_suggestion():
+    _fails(['backbone.model="resnet5"'], "unknown timm model 'resnet5'", "did you mean 'resnet50'", "backbone")
+
+
+@pytest.mark.parametrize("model", ["resnet50", "resnet50.a1_in1k", "vit_small_patch16_224", "hf-hub:timm/anything"])
+def test_timm_names_and_tags_validate(model):
+    recipe = dmlplug.validate(QUICKSTART, overrides=[f'backbone.model="{model}"'])
+    assert recipe.components["backbone"].params.pretrained is False  # the weights flag is untouched

@@ -1,0 +1,70 @@
+"""Every built-in evaluator declares (``Params.metric_names()``) exactly the keys it returns.
+
+``dmlplug validate`` checks ``[evaluation] metric`` against these declarations, so a wrong one would either
+reject a good recipe or let a misspelt metric through to the run: each is compared with a real evaluation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dmlplug
+from dmlplug.evaluation import EvalContext, run_evaluators
+from dmlplug.plugins import get_host
+
+# Non-default parameters that change the keys, per evaluator.
+VARIANTS = {
+    "recall": [{"k": [3, 1]}],
+    "retrieval": [{"k": [5]}],
+    "map_at_1000": [{"k": 10, "normalizations": ["revisiting"]}],
+    "map_at_c": [{"normalizations": ["standard"]}],
+    "verification": [{"fars": [0.05, 0.2]}],
+    "structure": [{"rho": [3]}],
+}
+
+
+def _builtin_evaluators() -> list[str]:
+    registry = get_host().registry
+    return sorted(info.name for info in registry.infos("evaluators")
+                  if info.factory.__module__.startswith("dmlplug_builtins."))
+
+
+def _context() -> EvalContext:
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(6), 10)
+    embeddings = rng.normal(size=(len(labels), 8)).astype(np.float32) + labels[:, None] * 0.5
+    return EvalContext(embeddings, labels, backend="torch", seed=0)
+
+
+def _cases() -> list[tuple[str, dict]]:
+    return [(name, params) for name in _builtin_evaluators() if name != "fewshot"
+            for params in [{}, *VARIANTS.get(name, [])]]
+
+
+def test_the_cases_cover_every_built_in_evaluator():
+    names = {name for name, _ in _cases()}
+    assert names | {"fewshot"} == set(_builtin_evaluators())
+    assert {"recall", "retrieval", "map_at_r", "nmi", "verification", "opis", "structure"} <= names
+
+
+@pytest.mark.parametrize(("name", "params"), _cases(), ids=lambda v: v if isinstance(v, str) else str(v or ""))
+def test_declared_metric_names_are_the_returned_keys(name, params):
+    info = get_host().registry.get("evaluators", name)
+    declared = info.validate(dict(params), where=name).metric_names()
+    assert declared is not None, f"built-in evaluator {name!r} does not declare its metric names"
+    evaluator = dmlplug.create("evaluator", name, **params)
+    returned = evaluator.evaluate(_context())
+    assert list(declared) == list(returned), (name, params)
+    assert len(set(declared)) == len(declared)
+    # Through the runner too (it adds excluded_queries beside kNN metrics, which is not an evaluator's).
+    merged = run_evaluators([evaluator], _context())
+    assert set(merged) - {"excluded_queries"} == set(declared)
+
+
+def test_fewshot_declares_no_per_epoch_metric():
+    info = get_host().registry.get("evaluators", "fewshot")
+    assert info.validate({}, where="fewshot").metric_names() == ()
+    evaluator = dmlplug.create("evaluator", "fewshot")
+    evaluator.start(run=None)  # inside a run its per-epoch evaluation contributes nothing
+    assert evaluator.evaluate(_context()) == {}
