@@ -61,6 +61,10 @@ class DivaParams(Params):
         """The self-supervised term needs a second view and the EMA model (not needed with alpha_ssl = 0)."""
         return ("views:2", "ema") if self.alpha_ssl > 0 else ()
 
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """The shared/intra-class margin β (``diva_beta``) and the decorrelation regressors (``diva_regressors``)."""
+        return (section, "diva_beta", "diva_regressors")
+
 
 def build_diva(params: DivaParams, ctx: Any) -> Any:
     """Build the DiVA regularizer for the recipe's multi head.

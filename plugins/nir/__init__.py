@@ -37,6 +37,10 @@ class NirParams(Params):
         0.0, ge=0.0, description="Weight decay of the flow's optimizer group (null: the optimizer's default)."
     )
 
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """The conditional flow's parameters: the group ``nir``."""
+        return (section, "nir")
+
 
 def build_nir(params: NirParams, ctx: Any) -> Any:
     """Build the NIR flow regularizer, conditioned on the proxies of ``ctx.loss``.

@@ -23,7 +23,7 @@ from pydantic import Field, create_model, model_validator
 
 from dmlplug import Params, hookimpl
 from dmlplug_builtins.pml.catalog import LOSSES, MINERS, REGULARIZERS, WRAPPERS, PmlClass, by_name
-from dmlplug_builtins.pml.introspect import LossTable, MinerTable, camel, params_model
+from dmlplug_builtins.pml.introspect import LossTable, MinerTable, PmlParams, camel, params_model
 
 # ----------------------------------------------------------------------------------------------------------
 # Params of the wrappers and of the step regularizers
@@ -41,7 +41,7 @@ class CrossBatchMemoryParams(params_model(_WRAPPER["cross_batch_memory"], "loss"
                                      json_schema_extra={"nested": "miner"})
 
 
-class MultipleLossesParams(Params):
+class MultipleLossesParams(PmlParams):
     """Parameters of loss 'multiple_losses'."""
 
     losses: list[LossTable] = Field(
@@ -89,7 +89,7 @@ def step_regularizer_params(spec: PmlClass) -> type[Params]:
             default, description="Regularise the batch embeddings or the loss's class proxies."))
     else:
         target_field = (Literal["proxies"], Field(default, description="The loss's class proxies (C x D)."))
-    return create_model(f"{camel(spec.name)}RegularizerParams", __base__=Params,
+    return create_model(f"{camel(spec.name)}RegularizerParams", __base__=PmlParams,
                         __doc__=f"Parameters of regularizer {spec.name!r}.", target=target_field, **fields)
 
 

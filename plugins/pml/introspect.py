@@ -117,13 +117,21 @@ def nested_fields(spec: PmlClass) -> dict[str, tuple[Any, Any]]:
     return fields
 
 
+class PmlParams(Params):
+    """Parameters of an adapted pytorch-metric-learning class."""
+
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """A PML loss's parameters (ArcFace weights, proxies …), if it has any, form one group: ``section``."""
+        return (section,)
+
+
 def params_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None) -> type[Params]:
     """The Params model of a registered PML component: its arguments plus its nested tables."""
     fields: dict[str, Any] = {arg.name: arg_field(arg) for arg in spec.args}
     fields.update(nested_fields(spec))
     fields.update(extra or {})
     doc = f"Parameters of {kind} {spec.name!r} (pytorch-metric-learning {spec.cls})."
-    return create_model(f"{camel(spec.name)}{camel(kind)}Params", __base__=Params, __doc__=doc, **fields)
+    return create_model(f"{camel(spec.name)}{camel(kind)}Params", __base__=PmlParams, __doc__=doc, **fields)
 
 
 def _check_component_table(kind: str) -> Any:

@@ -32,6 +32,10 @@ class MarginParams(Params):
         "terms", description='Divide by the number of positive hinge terms ("terms", METHODS/PML) or of '
                              'triplets with a positive term ("triplets", the reference code).')
 
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """The learnable β form the group ``beta`` (no weight decay)."""
+        return ("beta",) if self.learn_beta else ()
+
 
 class DistanceWeightedParams(Params):
     """Parameters of miner 'distance_weighted' (METHODS §8.2)."""

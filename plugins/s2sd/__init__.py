@@ -52,6 +52,10 @@ class S2sdParams(Params):
         """The pooled features always; the feature map when the targets pool it themselves."""
         return ("features", "feature_map") if self.pool_aggr else ("features",)
 
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """Target heads (``s2sd``) and the target criteria's own parameters (``s2sd_criteria``)."""
+        return (section, "s2sd", "s2sd_criteria")
+
 
 def build_s2sd(params: S2sdParams, ctx: Any) -> Any:
     """Build the S2SD regularizer: target heads on the backbone features, one criterion instance each.

@@ -27,6 +27,10 @@ class TcmParams(Params):
     lambda_plus: float = Field(1.0, ge=0.0, description="Weight lambda+ of the positive (hard-positive) term.")
     lambda_minus: float = Field(1.0, ge=0.0, description="Weight lambda- of the negative (hard-negative) term.")
 
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
+        """TCM has no parameters of its own; a subclass that adds some gets the group ``section``."""
+        return (section,)
+
 
 def build_tcm(params: TcmParams, ctx: Any) -> Any:
     """Build the TCM regularizer module."""

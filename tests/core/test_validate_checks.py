@@ -256,3 +256,28 @@ def test_unknown_timm_model_fails_with_a_suggestion():
 def test_timm_names_and_tags_validate(model):
     recipe = dmlplug.validate(QUICKSTART, overrides=[f'backbone.model="{model}"'])
     assert recipe.components["backbone"].params.pretrained is False  # the weights flag is untouched
+
+
+GLYPH_RECIPES = ["quickstart", "glyphs_arcface_tcm", "glyphs_proxyanchor_nir", "glyphs_diva", "glyphs_s2sd"]
+
+
+@pytest.mark.parametrize("name", GLYPH_RECIPES)
+def test_built_in_components_declare_every_group_they_build(name, tmp_path):
+    """What validate knows of the groups covers what the engine builds, so the check is on for shipped recipes."""
+    from dmlplug.engine.assembly import trainable_groups
+    from dmlplug.engine.build import build_components, new_context
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe.checks import optimizer_group_names
+
+    overrides = ["data.dataset.num_classes=40", "data.dataset.images_per_class=8"]
+    recipe = dmlplug.validate(ROOT / "recipes" / f"{name}.toml", overrides=overrides)
+    declared = optimizer_group_names(recipe)
+    assert declared is not None, "a built-in trainable component does not declare its optimizer groups"
+    components = build_components(recipe, new_context(recipe, device="cpu", host=get_host(), run_dir=tmp_path))
+    built = {group.name for group in trainable_groups(components)}
+    assert built <= set(declared), f"built groups {built - set(declared)} are not declared"
+
+
+def test_a_misspelled_group_of_a_shipped_recipe_fails_validate():
+    with pytest.raises(RecipeError, match=r"optimizer.groups.bta.*did you mean 'beta'"):
+        dmlplug.validate(ROOT / "recipes" / "glyphs_diva.toml", overrides=["optimizer.groups.bta.lr_mult=2.0"])
