@@ -7,17 +7,14 @@ draws it at every evaluation, with the public API only.
 
 import importlib
 import json
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 import torch
-from e2e import ROOT, TINY_RECIPE, run_cli
+from e2e import ROOT, TINY_RECIPE, SigtermAtStep, run_cli
 from test_resume import SMALL, _metrics_lines, _tensors_equal
 
-import dmlplug
 from dmlplug.step import StepOutput
 
 EXAMPLES = ROOT / "examples"
@@ -75,16 +72,6 @@ def from_site(regularizer_site, monkeypatch):
     monkeypatch.syspath_prepend(str(regularizer_site))
     importlib.invalidate_caches()
     return regularizer_site
-
-
-class _SigtermAt:
-    def __init__(self, step):
-        self.step = step
-
-    @dmlplug.hookimpl
-    def on_step_end(self, run, step, losses):
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def test_centre_bank_maths(from_site):
@@ -146,7 +133,7 @@ def test_example_regularizer_trains_and_resumes_exactly(regularizer_site, from_s
 
     host = PluginHost().load()
     assert host.records["example_regularizer"].error is None
-    stopper = _SigtermAt(6)
+    stopper = SigtermAtStep(6)
     host.pm.register(stopper, "sigterm-at-6")
     with pytest.raises(RunInterrupted, match="SIGTERM at step 6"):
         run_recipe(recipe, SMALL, out=killed, quiet=True, host=host)

@@ -2,15 +2,12 @@
 uninterrupted run (weights, optimizer state, metrics); recipe changes on resume are refused unless forced."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from e2e import TINY_RECIPE, run_cli
+from e2e import TINY_RECIPE, run_cli, sigkill_when
 
 from dmlplug.engine.resume import recipe_diff, trim_metrics
 
@@ -80,18 +77,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_recipe, tmp_path)
     child = subprocess.Popen([sys.executable, str(script), str(marker), "run", str(tiny_recipe), "--out",
                               str(killed), "--quiet", *_set(*SMALL)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 300
-        while not marker.exists():
-            assert child.poll() is None, child.stderr.read()
-            assert time.time() < deadline, "no mid-epoch checkpoint appeared"
-            time.sleep(0.2)
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.stderr.close()
+    sigkill_when(child, marker)
     step = int(marker.read_text())
     state = torch.load(killed / "checkpoints" / "last.pt", weights_only=False)
     assert (state["epoch"], state["epoch_step"], state["step"], state["epoch_complete"]) == (2, 2, step, False)
@@ -291,18 +277,7 @@ def test_logs_after_a_kill_and_a_resume_match_an_uninterrupted_run(tmp_path, sta
     child = subprocess.Popen([sys.executable, str(script), str(marker), "run", str(recipe), "--out", str(killed),
                               "--quiet", *_set(*overrides)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)
-    try:
-        deadline = time.time() + 300
-        while not marker.exists():
-            assert child.poll() is None, child.stderr.read()
-            assert time.time() < deadline, "no mid-epoch checkpoint appeared"
-            time.sleep(0.2)
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.stderr.close()
+    sigkill_when(child, marker)
     assert dmlplug.run(killed, resume=True, quiet=True).status == "completed"
 
     expected = _csv_rows(full)

@@ -2,10 +2,10 @@
 
 import json
 import os
-import signal
 import stat
 
 import pytest
+from e2e import SigtermAtStep
 from test_resume import SMALL
 
 import dmlplug
@@ -71,21 +71,11 @@ def test_model_json_counts_the_parameters_of_every_optimizer_group(tiny_run):
     assert all(g["parameters"] > 0 and g["tensors"] > 0 for g in groups.values())
 
 
-class _InterruptAt:
-    def __init__(self, step):
-        self.step = step
-
-    @dmlplug.hookimpl
-    def on_step_end(self, run, step, losses):
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
 @pytest.mark.parametrize(("step", "completed"), [(3, 0), (6, 1)])
 def test_results_count_only_completed_epochs(tiny_recipe, tmp_path, step, completed):
     from dmlplug.engine.resume import RunInterrupted
 
-    plugin, host = _InterruptAt(step), get_host()
+    plugin, host = SigtermAtStep(step), get_host()
     host.pm.register(plugin, "interrupt-at")
     try:
         with pytest.raises(RunInterrupted):

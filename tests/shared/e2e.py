@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dmlplug import hookimpl
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY_RECIPE = """
@@ -57,3 +59,36 @@ def broken_plugin_site(folder, *, dist="broken-plugin", module="broken_plugin", 
     (info / "entry_points.txt").write_text(f"[dmlplug]\n{entry} = {module}\n")
     (site / f"{module}.py").write_text(body)
     return site
+
+
+class SigtermAtStep:
+    """A throwaway plugin that sends this process SIGTERM after optimizer step ``step`` (an interrupt)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    @hookimpl
+    def on_step_end(self, run, step, losses):
+        import signal
+
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def sigkill_when(child, marker, *, what="no mid-epoch checkpoint appeared", timeout=300):
+    """SIGKILL the subprocess ``child`` as soon as the file ``marker`` exists (it fails the test if none comes)."""
+    import signal
+    import time
+
+    try:
+        deadline = time.time() + timeout
+        while not marker.exists():
+            assert child.poll() is None, child.stderr.read()
+            assert time.time() < deadline, what
+            time.sleep(0.2)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stderr.close()
