@@ -7,7 +7,7 @@ plugins stays light. The ``dmlplug evaluate`` command is in :mod:`.command`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -20,6 +20,16 @@ def _positive_sorted(values: list[int]) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise ValueError("give at least one k, every k ≥ 1")
     return sorted(set(values))
+
+
+class OneMetric:
+    """Mixed into the Params of an evaluator that reports one metric, named by ``METRIC``."""
+
+    METRIC: ClassVar[str]
+
+    def metric_names(self) -> tuple[str, ...]:
+        """``(METRIC,)``: the one key the evaluator returns."""
+        return (self.METRIC,)
 
 
 class RecallParams(Params):
@@ -48,20 +58,16 @@ class AveragedParams(Params):
     per_class: bool = Field(False, description="Write a per-class CSV to the run directory.")
 
 
-class MapAtRParams(AveragedParams):
+class MapAtRParams(OneMetric, AveragedParams):
     """Parameters of ``map_at_r``."""
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``map@r``."""
-        return ("map@r",)
+    METRIC: ClassVar[str] = "map@r"
 
 
-class RPrecisionParams(AveragedParams):
+class RPrecisionParams(OneMetric, AveragedParams):
     """Parameters of ``r_precision``."""
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``r_precision``."""
-        return ("r_precision",)
+    METRIC: ClassVar[str] = "r_precision"
 
 
 def _normalised(base: str, normalizations: list[str]) -> tuple[str, ...]:
@@ -110,28 +116,22 @@ class ClusteringParams(Params):
         "arithmetic", description="Normalisation of NMI/AMI (scikit-learn's average_method).")
 
 
-class NmiParams(ClusteringParams):
+class NmiParams(OneMetric, ClusteringParams):
     """Parameters of ``nmi``."""
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``nmi``."""
-        return ("nmi",)
+    METRIC: ClassVar[str] = "nmi"
 
 
-class AmiParams(ClusteringParams):
+class AmiParams(OneMetric, ClusteringParams):
     """Parameters of ``ami``."""
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``ami``."""
-        return ("ami",)
+    METRIC: ClassVar[str] = "ami"
 
 
-class F1Params(ClusteringParams):
+class F1Params(OneMetric, ClusteringParams):
     """Parameters of ``f1``."""
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``f1``."""
-        return ("f1",)
+    METRIC: ClassVar[str] = "f1"
 
 
 class PairParams(Params):
@@ -168,7 +168,7 @@ class VerificationParams(PairParams):
         return (*(f"tar@far={far:g}" for far in self.fars), "eer")
 
 
-class OpisParams(PairParams):
+class OpisParams(OneMetric, PairParams):
     """Parameters of ``opis``."""
 
     far_range: tuple[float, float] = Field((1e-2, 1e-1), description="FAR range defining the calibration range.")
@@ -185,9 +185,7 @@ class OpisParams(PairParams):
             raise ValueError("the range must be (low, high) with low < high")
         return v
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``opis``."""
-        return ("opis",)
+    METRIC: ClassVar[str] = "opis"
 
 
 class EpsOpisParams(OpisParams):
@@ -197,9 +195,7 @@ class EpsOpisParams(OpisParams):
     pooling: Literal["average", "pairs"] = Field(
         "average", description="Pool a group by averaging its per-class rates, or by pooling its pair counts.")
 
-    def metric_names(self) -> tuple[str, ...]:
-        """``eps_opis``."""
-        return ("eps_opis",)
+    METRIC: ClassVar[str] = "eps_opis"
 
 
 class StructureParams(Params):
