@@ -11,6 +11,11 @@ Usage::
     python benchmarks/eval_speed.py                    # cub, sop128, sop512, gallery1m
     python benchmarks/eval_speed.py --sets sop128      # one set
     python benchmarks/eval_speed.py --sets gallery1m --budget-mb 512
+    python benchmarks/eval_speed.py --sets cub --repeats 5   # alternate the variants 5 times, medians
+    python benchmarks/eval_speed.py --quick                  # smoke run: cub, one repeat
+
+Variants run alternately (dmlplug, PML, faiss, dmlplug on a torch tensor with the torch backend, ...) and
+each time is the median over ``--repeats`` rounds, so a loaded machine slows all of them alike.
 
 The ``gallery1m`` set is a query/gallery evaluation (2,000 queries, 1,000,000 gallery items, D=128)
 run by dmlplug only, within the given memory budget.
@@ -90,7 +95,7 @@ def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict
         backend = "faiss (PML)"
     else:
         import faiss  # noqa: F401  (imported before the baseline, as PML imports them)
-        import torch  # noqa: F401
+        import torch
 
         from dmlplug.evaluation import EvalContext, run_evaluators
         from dmlplug.evaluation.retrieval import RetrievalEvaluator
@@ -100,9 +105,12 @@ def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict
             q = np.zeros(len(x), dtype=bool)
             q[:queries] = True
             options = {"query_mask": q, "gallery_mask": ~q}
+        backend = "auto"
+        if kind == "dmlplug-torch":  # the device path (tensor + torch backend), here on the CPU
+            x, backend = torch.from_numpy(x), "torch"
         base = peak_rss_mb()
         t0 = time.perf_counter()
-        ctx = EvalContext(x, y, memory_budget_mb=budget_mb, **options)
+        ctx = EvalContext(x, y, memory_budget_mb=budget_mb, backend=backend, **options)
         evaluator = RetrievalEvaluator([("recall", 1), ("map_r", None), ("r_precision", None)])
         values = run_evaluators([evaluator], ctx)
         elapsed = time.perf_counter() - t0
@@ -124,14 +132,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="cub,sop128,sop512,gallery1m")
     parser.add_argument("--budget-mb", type=float, default=None)
-    parser.add_argument("--worker", choices=["pml", "dmlplug", "faiss"])
+    parser.add_argument("--worker", choices=["pml", "dmlplug", "dmlplug-torch", "faiss"])
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds; times are medians")
+    parser.add_argument("--quick", action="store_true", help="smoke run: the cub set, one round")
     parser.add_argument("--data")
     parser.add_argument("--queries", type=int, default=0)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, Path(args.data), args.queries, args.budget_mb)))
         return
-    print(f"threads: torch/faiss use the {os.cpu_count()} visible cores")
+    if args.quick:
+        args.sets, args.repeats = "cub", 1
+    print(f"threads: torch/faiss use the {os.cpu_count()} visible cores; medians of {args.repeats} alternating rounds")
     for name in args.sets.split(","):
         n, dim, lo, hi, queries, noise = SETS[name]
         with tempfile.TemporaryDirectory() as tmp:
@@ -139,11 +151,14 @@ def main() -> None:
             np.save(Path(tmp) / "x.npy", x)
             np.save(Path(tmp) / "y.npy", y)
             del x
-            ours = run_worker("dmlplug", Path(tmp), queries, args.budget_mb)
-            theirs = None if queries else run_worker("pml", Path(tmp), queries, args.budget_mb)
-            floor = None if queries else run_worker("faiss", Path(tmp), queries, args.budget_mb)
+            kinds = ["dmlplug"] if queries else ["dmlplug", "pml", "faiss", "dmlplug-torch"]
+            rounds = [{k: run_worker(k, Path(tmp), queries, args.budget_mb) for k in kinds}
+                      for _ in range(max(1, args.repeats))]
+            medians = {k: _median_run([r[k] for r in rounds]) for k in kinds}
+            ours, theirs, floor = medians["dmlplug"], medians.get("pml"), medians.get("faiss")
+            device_path = medians.get("dmlplug-torch")
         print(f"\n== {name}: N={n} D={dim} class sizes {lo}-{hi}" + (f", {queries} queries" if queries else ""))
-        for r in (ours, theirs, floor):
+        for r in (ours, theirs, floor, device_path):
             if r is None:
                 continue
             print(f"  {r['kind']:8s} {r['seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MiB "
@@ -158,6 +173,14 @@ def main() -> None:
                   f"RSS growth during the evaluation {extra_ours / extra_theirs:.2f}x, identical values: {same}")
             print(f"  a bare faiss search alone takes {floor['seconds'] / theirs['seconds']:.2f}x PML's time "
                   f"(dmlplug is {ours['seconds'] / floor['seconds']:.2f}x that floor)")
+            same_device = all(device_path["values"][k] == ours["values"][k] for k in PML_KEYS.values())
+            print(f"  torch backend on a tensor / faiss-cpu: time {device_path['seconds'] / ours['seconds']:.2f}x, "
+                  f"identical values: {same_device}")
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median time (values are the same in every round)."""
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
 
 
 if __name__ == "__main__":

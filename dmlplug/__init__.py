@@ -9,6 +9,8 @@ Example::
     result = dmlplug.run("recipes/quickstart.toml", overrides=["run.epochs=1"])
     loss = dmlplug.create("loss", "arcface", num_classes=10, embedding_size=64)
     trained = dmlplug.load_run(result.directory)   # model, dataset, test transform of the trained run
+    dmlplug.export(result.directory, "bundle")       # model.onnx + bundle.json (docs/bundle.md)
+    matches = dmlplug.load_bundle("bundle").search(["query.png"], "index_dir")
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
-__all__ = ["BuildContext", "Params", "__version__", "create", "evaluate", "hookimpl", "load_run", "run", "validate"]
+__all__ = ["BuildContext", "Params", "__version__", "create", "evaluate", "export", "hookimpl", "load_bundle",
+           "load_run", "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -129,3 +132,65 @@ def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
     from dmlplug.engine.loading import load_run as _load_run
 
     return _load_run(path, checkpoint=checkpoint, device=device, overrides=overrides)
+
+
+def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
+           images: int = 256, tolerance: float = 1e-4, device: str = "cpu", calibrate: bool = True) -> dict[str, Any]:
+    """Export a trained run as a bundle folder: the embedding model and ``bundle.json`` (docs/bundle.md).
+
+    The model is backbone + head + L2 normalisation, the embedding evaluation uses, as ``model.onnx`` (dynamic
+    batch axis) or ``model.pt`` (TorchScript). ``bundle.json`` records the dmlplug version, the source run and
+    checkpoint (with its sha256), the test-time preprocessing, the embedding size, the similarity (cosine),
+    the calibrated thresholds and the verification. The folder appears only when everything succeeded.
+
+    Example::
+
+        dmlplug.export("runs/quickstart/20250101-120000", "bundles/quickstart")
+
+    Args:
+        run_dir: A run directory, or a checkpoint file (then no thresholds are calibrated).
+        out: The bundle folder to create; it must not exist, or be empty.
+        checkpoint: ``"best"`` or ``"last"``.
+        format: ``"onnx"`` (needs ``pip install "dmlplug[export]"``) or ``"torchscript"``.
+        images: Test images the exported model is compared with PyTorch on.
+        tolerance: Largest max |Δ embedding| accepted.
+        device: Where the models run while exporting and verifying.
+        calibrate: Calibrate the acceptance thresholds (:mod:`dmlplug.bundle.calibrate`).
+
+    Returns:
+        The written ``bundle.json`` as a dict.
+
+    Raises:
+        dmlplug.bundle.errors.BundleError: ONNX packages missing, ``out`` not new, or the exported model
+            differs from PyTorch by more than ``tolerance`` (nothing is written).
+        dmlplug.errors.DataError: No loadable run at ``run_dir``.
+    """
+    from dmlplug.bundle.export import export_run
+
+    return export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images, tolerance=tolerance,
+                      device=device, calibrate=calibrate)
+
+
+def load_bundle(path: str | Path, *, device: str = "cpu") -> Any:
+    """Load a bundle written by :func:`export`, to embed images and search an index.
+
+    Example::
+
+        bundle = dmlplug.load_bundle("bundles/quickstart")
+        vectors = bundle.embed(["a.png", "b.png"])            # N×D float32, unit length
+        results = bundle.search(["query.png"], "gallery_index", k=5)
+
+    Args:
+        path: The bundle folder.
+        device: ``"cpu"`` or a GPU (ONNX Runtime uses its CUDA provider when installed).
+
+    Returns:
+        A :class:`dmlplug.bundle.bundle.Bundle`: ``embed(images)``, ``search(queries, index, k=...)``,
+        ``build_index(images)``, ``threshold``, ``manifest``.
+
+    Raises:
+        dmlplug.bundle.errors.BundleError: Not a bundle, another bundle format version, or a missing file.
+    """
+    from dmlplug.bundle.bundle import load_bundle as _load_bundle
+
+    return _load_bundle(path, device=device)

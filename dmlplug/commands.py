@@ -72,7 +72,7 @@ def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-re
         typer.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        origin = "builtin" if row["builtin"] else f"{row['distribution']} {row['version']}".strip()
+        origin = f"{row['distribution']} {row['version']}".strip() + (" (builtin)" if row["builtin"] else "")
         typer.echo(f"{row['name']:<24} {origin:<30} {', '.join(row['hooks'])}")
         if row["error"]:
             typer.echo(f"{'':<24} LOAD ERROR: {row['error']}")
@@ -177,7 +177,10 @@ def cmd_plugin_new(
 
 @hookimpl(tryfirst=True)
 def register_commands(app: typer.Typer) -> None:
-    """Add the core commands: run, validate, plugins, list, report, doctor and ``plugin new``."""
+    """Add the core commands: run, validate, plugins, list, report, doctor, ``plugin new`` and deployment's.
+
+    The deployment commands (export, calibrate, embed, index, search) live in :mod:`dmlplug.bundle.commands`.
+    """
     app.command("run")(cmd_run)
     app.command("validate")(cmd_validate)
     app.command("plugins")(cmd_plugins)
@@ -187,3 +190,6 @@ def register_commands(app: typer.Typer) -> None:
     plugin_app = typer.Typer(no_args_is_help=True, help="Tools for plugin authors.")
     plugin_app.command("new")(cmd_plugin_new)
     app.add_typer(plugin_app, name="plugin")
+    from dmlplug.bundle.commands import register as register_bundle_commands
+
+    register_bundle_commands(app)  # export, calibrate, embed, index, search (dmlplug/bundle/)

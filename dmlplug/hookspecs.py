@@ -20,7 +20,7 @@ on the loggers of the current run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -264,13 +264,16 @@ def on_epoch_start(run: RunView, epoch: int) -> None:
 
 
 @hookspec
-def on_step_end(run: RunView, step: int, losses: dict[str, float]) -> None:
+def on_step_end(run: RunView, step: int, losses: Mapping[str, float]) -> None:
     """Called after every optimizer step.
 
     Args:
         run: The current run.
         step: Global step number, starting at 1.
-        losses: Every loss term by name (``loss``, ``reg/<name>`` …) and ``total``, as floats.
+        losses: A read-only mapping of every loss term by name (``loss``, ``reg/<name>`` …) and ``total``, as
+            floats. The values are read from the device lazily: on logging steps (``step % run.log_every ==
+            0``) they are already on the host; reading them on other steps waits for the device (a sync
+            the engine itself avoids), so a hook that needs them every step costs speed on a GPU.
 
     Example::
 

@@ -75,6 +75,14 @@ class Params(BaseModel):
         """
         return None
 
+    def head_embeddings(self) -> dict[str, str] | None:
+        """Components that read named head outputs: ``{parameter: output name}`` (DiVA's ``*_head``).
+
+        ``dmlplug validate`` checks each name against the head's declared outputs (the ``multi`` head's
+        ``heads`` table), with "did you mean"; the default ``None`` (not declared) skips the check.
+        """
+        return None
+
 
 class NoParams(Params):
     """Parameters of a component that takes none."""

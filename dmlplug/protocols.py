@@ -231,6 +231,9 @@ class RunView(Protocol):
         latest_metrics: Metrics of the latest evaluation.
         best_metrics: Metrics of the best evaluation so far, by the recipe's selection metric.
         eval_context: The :class:`dmlplug.evaluation.EvalContext` of the latest evaluation, or ``None``.
+        latest_pictures: The retrieval pictures of the latest evaluation (``[evaluation] pictures``): PNG path
+            by kind, ``"worst"`` (lowest average precision) and ``"sample"`` (fixed random queries); empty
+            when none were drawn (pictures off, a dataset without images, other ranks).
     """
 
     recipe: Any
@@ -254,6 +257,7 @@ class RunView(Protocol):
     latest_metrics: Mapping[str, float]
     best_metrics: Mapping[str, float]
     eval_context: Any
+    latest_pictures: Mapping[str, Path]
 
 
 

@@ -62,6 +62,17 @@ class SubsetSource(ImageSource):
         """Image ``index`` of the subset."""
         return self.parent.load_image(int(self.indices[index]))
 
+    def __getattr__(self, name: str) -> Any:
+        # The fast tensor path (``load_tensor``, see FileImageSource) exists exactly when the parent has it,
+        # so a subset of a file source keeps it; other names are not forwarded.
+        parent = self.__dict__.get("parent")  # absent while unpickling
+        if name == "load_tensor" and parent is not None and hasattr(parent, "load_tensor"):
+            return self._load_tensor
+        raise AttributeError(name)
+
+    def _load_tensor(self, index: int) -> Any:
+        return self.parent.load_tensor(int(self.indices[index]))
+
     def describe(self, index: int) -> str:
         """Where image ``index`` of the subset comes from."""
         return self.parent.describe(int(self.indices[index]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,10 +120,23 @@ class FileImageSource(ImageSource):
             DataError: The file cannot be decoded and the policy is ``"fail"``, or it is ``"skip"`` and
                 no image of the same class can be decoded.
         """
-        index = int(index)
+        return self._load(int(index), decode_image)
+
+    def load_tensor(self, index: int) -> Any:
+        """Return image ``index`` as a ``3×H×W`` uint8 RGB tensor, applying the decode policy.
+
+        The fast path of the training and evaluation loaders (see :func:`decode_image_tensor`): the same
+        pixels as :meth:`load_image`, decoded by ``torchvision.io`` where it can.
+
+        Raises:
+            DataError: As :meth:`load_image`, with the same message.
+        """
+        return self._load(int(index), decode_image_tensor)
+
+    def _load(self, index: int, decoder: Callable[[str], Any]) -> Any:
         target = self._substitutes.get(index, index)
         try:
-            return decode_image(self.paths[target])
+            return decoder(self.paths[target])
         except Exception as exc:  # any decoder failure (truncated, unknown format, vanished file)
             if self.decode_errors == "fail":
                 raise DataError(
@@ -132,9 +145,9 @@ class FileImageSource(ImageSource):
                     fix="replace the file, or set decode_errors = \"skip\" in [data.dataset] to serve "
                     "another image of the same class instead",
                 ) from None
-            return self._substitute(index, target, exc)
+            return self._substitute(index, target, exc, decoder)
 
-    def _substitute(self, index: int, failed: int, exc: Exception) -> Any:
+    def _substitute(self, index: int, failed: int, exc: Exception, decoder: Callable[[str], Any]) -> Any:
         """Serve the next decodable image of the same class (deterministic, cyclic order)."""
         self._mark_bad(failed, exc)
         label = int(self.labels[index])
@@ -145,7 +158,7 @@ class FileImageSource(ImageSource):
             if candidate in self._bad:
                 continue
             try:
-                image = decode_image(self.paths[candidate])
+                image = decoder(self.paths[candidate])
             except Exception as next_exc:
                 self._mark_bad(candidate, next_exc)
                 continue
@@ -211,6 +224,50 @@ def decode_image(path: str) -> Any:
 
     with Image.open(path) as image:
         return image.convert("RGB")
+
+
+#: Leading bytes of the formats decoded by ``torchvision.io`` (libjpeg-turbo, libpng); every other format
+#: (BMP, TIFF, PPM, GIF — whose animations torchvision returns as frame stacks — ...) goes through Pillow.
+_TORCHVISION_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
+
+
+def decode_image_tensor(path: str) -> Any:
+    """Open ``path`` and return it decoded as a ``3×H×W`` uint8 RGB tensor.
+
+    JPEG and 8-bit PNG files are decoded by ``torchvision.io.decode_image`` (``ImageReadMode.RGB``): 1.3×
+    faster per image than Pillow plus the conversion to a tensor (``benchmarks/data_throughput.py``) and,
+    as the tests check, the same pixels as :func:`decode_image`: greyscale and CMYK become RGB, an alpha
+    channel is dropped without compositing, and EXIF orientation is ignored on both paths. Anything
+    torchvision does not decode (other formats, 16-bit PNG, a corrupt or truncated file) is decoded by
+    :func:`decode_image` instead, so a broken file raises Pillow's error exactly as :func:`decode_image` does.
+    """
+    import torch
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data.startswith(_TORCHVISION_SIGNATURES):
+        tensor = _torchvision_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        if tensor is not None and tensor.dtype == torch.uint8 and tensor.dim() == 3 and tensor.shape[0] == 3:
+            return tensor
+    return torch.from_numpy(np.array(decode_image(path))).permute(2, 0, 1).contiguous()
+
+
+def _torchvision_decode(data: Any) -> Any:
+    """``torchvision.io.decode_image(data, RGB)``, or None where it is missing or fails."""
+    import warnings
+
+    try:
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_image as tv_decode
+    except ImportError:  # torchvision builds without image.so, or a version that removed the decoders
+        return None
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its decoders in favour of TorchCodec and warns on every call.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return tv_decode(data, mode=ImageReadMode.RGB)
+        except RuntimeError:  # corrupt or unsupported: Pillow decides and words the error
+            return None
 
 
 def find_missing(paths: Iterable[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Image transforms of the DML protocol (METHODS.md §9.1) and extra augmented views.
+"""Image transforms of the DML protocol (docs/methods/revisiting.md) and extra augmented views.
 
 No torch at module level: torchvision is imported when a transform is built.
 """
@@ -17,7 +17,14 @@ AUGMENTATIONS = ("dml", "light", "none")
 def build_transform(
     mode: str, *, augment: str, image_size: int, resize_size: int | None = None
 ) -> Callable[[Any], Any]:
-    """Return a PIL-image -> normalised tensor transform.
+    """Return an image -> normalised float tensor transform (a ``torchvision.transforms.v2`` pipeline).
+
+    The input is a PIL image or a ``C×H×W`` uint8 tensor (e.g. from ``torchvision.io.decode_jpeg``). The
+    image is turned into a uint8 tensor first and cropped, resized (bilinear, antialiased) and flipped as a
+    tensor, then converted to float and normalised: by measurement (``benchmarks/data_throughput.py``) the
+    tensor kernels are faster than PIL's resize followed by ``ToTensor``, and the output of the crop is
+    converted to float only once. Random draws come from torch's default generator, which
+    :class:`dmlplug.engine.seeding.SeededDataset` seeds per sample.
 
     Args:
         mode: ``"train"`` or ``"test"``.
@@ -29,20 +36,26 @@ def build_transform(
         resize_size: Shorter-side resize before the centre crop (``dml`` test mode); defaults to
             ``round(image_size * 256 / 224)`` as in the standard protocol (256 for 224).
     """
-    from torchvision import transforms as T
+    import torch
+    from torchvision.transforms import v2
 
     if augment not in AUGMENTATIONS:
         raise ValueError(f"augment must be one of {AUGMENTATIONS}, got {augment!r}")
-    normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    to_uint8 = [v2.ToImage()]
+    normalize = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                 v2.ToPureTensor()]
     train = mode == "train" and augment != "none"
     if augment == "dml" or (augment == "none" and resize_size is not None):
         if train:
-            return T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), *normalize])
-        resize = resize_size or round(image_size * 256 / 224)
-        return T.Compose([T.Resize(resize), T.CenterCrop(image_size), *normalize])
-    if train:
-        return T.Compose([T.RandomResizedCrop(image_size, scale=(0.7, 1.0), ratio=(0.9, 1.1)), *normalize])
-    return T.Compose([T.Resize((image_size, image_size)), *normalize])
+            steps = [v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip()]
+        else:
+            resize = resize_size or round(image_size * 256 / 224)
+            steps = [v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)]
+    elif train:
+        steps = [v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), ratio=(0.9, 1.1), antialias=True)]
+    else:
+        steps = [v2.Resize((image_size, image_size), antialias=True)]
+    return v2.Compose([*to_uint8, *steps, *normalize])
 
 
 class MultiView:

@@ -17,17 +17,24 @@ class TransformedSource(Dataset):
 
     A transform that returns several views (a tuple, see :class:`dmlplug.data.transforms.MultiView`) gives
     one ``N×C×H×W`` tensor per item, so batches are ``B×N×C×H×W`` and :func:`split_views` separates them.
+
+    Images come from the source's ``load_tensor`` (a ``3×H×W`` uint8 tensor; file sources decode JPEG and
+    PNG with ``torchvision.io``, faster than Pillow) where it has one, else from ``load_image`` (a PIL image):
+    dmlplug's transforms (:func:`dmlplug.data.transforms.build_transform`) accept both and give the same
+    result. Pass ``tensors=False`` for a transform that needs PIL images.
     """
 
-    def __init__(self, source: ImageSource, transform: Any):
+    def __init__(self, source: ImageSource, transform: Any, *, tensors: bool = True):
         self.source = source
         self.transform = transform
+        self.tensors = tensors
 
     def __len__(self) -> int:
         return len(self.source)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
-        image = self.source.load_image(int(index))
+        load_tensor = getattr(self.source, "load_tensor", None) if self.tensors else None
+        image = load_tensor(int(index)) if load_tensor is not None else self.source.load_image(int(index))
         out = self.transform(image)
         if isinstance(out, tuple | list):
             out = torch.stack(list(out))
@@ -44,8 +51,23 @@ def split_views(images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]
     return images, []
 
 
-def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: str, seed: int) -> DataLoader:
-    """Loader driven by a batch sampler; workers are seeded from ``seed``."""
+def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: str, seed: int,
+                 prefetch: int = 2) -> DataLoader:
+    """Loader driven by a batch sampler; workers are seeded from ``seed``.
+
+    Workers persist across epochs (starting them costs more than an epoch of a small dataset), batches are
+    pinned for asynchronous host-to-GPU copies on CUDA, and each worker keeps ``prefetch`` batches ready.
+    The loader has its own generator, so creating its iterator draws nothing from torch's global one.
+
+    Args:
+        dataset: Map-style dataset (the engine's ``SeededDataset`` over a ``TransformedSource``).
+        batch_sampler: Yields the index lists of the batches (the engine's ``BatchPlan``).
+        workers: Loader worker processes; 0 loads in the main process.
+        device: Training device; ``cuda*`` pins batches.
+        seed: Seed of the loader's own generator (worker base seeds).
+        prefetch: Batches loaded ahead per worker (PyTorch's ``prefetch_factor``); ignored without workers.
+            ``benchmarks/data_throughput.py`` measures it; the default 2 is PyTorch's.
+    """
     generator = torch.Generator()
     generator.manual_seed(seed)
     return DataLoader(
@@ -54,6 +76,7 @@ def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: 
         num_workers=workers,
         pin_memory=device.startswith("cuda"),
         persistent_workers=workers > 0,
+        prefetch_factor=prefetch if workers > 0 else None,
         worker_init_fn=worker_init,
         generator=generator,
     )
@@ -69,8 +92,13 @@ def eval_loader(dataset: Dataset, *, batch_size: int, workers: int, device: str)
 
 @torch.no_grad()
 def embed_loader(model: torch.nn.Module, loader: DataLoader, device: str, autocast: Any = None) -> tuple[
-        np.ndarray, np.ndarray]:
-    """Embed every image of ``loader`` in eval mode; returns (float32 N×D, int64 labels) on the CPU."""
+        torch.Tensor, np.ndarray]:
+    """Embed every image of ``loader`` in eval mode.
+
+    Returns:
+        The float32 ``N×D`` embeddings as a tensor on ``device`` (a GPU run evaluates them there, without a
+        copy to the CPU) and the int64 labels as a numpy array.
+    """
     was_training = model.training
     model.eval()
     chunks, labels = [], []
@@ -82,8 +110,8 @@ def embed_loader(model: torch.nn.Module, loader: DataLoader, device: str, autoca
                     emb = model.embed(images)
             else:
                 emb = model.embed(images)
-            chunks.append(emb.float().cpu())
+            chunks.append(emb.float())
             labels.append(batch_labels)
     finally:
         model.train(was_training)
-    return torch.cat(chunks).numpy(), torch.cat(labels).numpy().astype(np.int64)
+    return torch.cat(chunks), torch.cat(labels).numpy().astype(np.int64)

@@ -11,17 +11,18 @@ How a distributed step works (see docs/distributed.md):
   the global batch (with gathered labels and indices), exactly as a single process would, and every rank
   computes the same loss value.
 * Each rank's backward pass then yields the part of the global gradient that flows through its own samples;
-  the model's gradients are **summed** over ranks (:func:`sum_gradients`), which gives exactly the
-  single-process gradient. The parameters of parametric losses and regularizers (proxies …) already receive
-  the full gradient on every rank; they are averaged anyway, which keeps them bit-identical across ranks.
+  the model's gradients must be **summed** over ranks, which gives exactly the single-process gradient. The
+  training forward runs through ``DistributedDataParallel`` (:mod:`dmlplug.engine.ddp`), whose bucketed
+  all-reduce overlaps the backward pass; a communication hook makes it sum instead of average, so neither
+  the loss nor any other gradient is rescaled. The parameters of parametric losses and regularizers
+  (proxies …) are not part of the model and already receive the full gradient on every rank; they are
+  averaged after backward (:func:`average_gradients`), which keeps them bit-identical across ranks.
+  :func:`sum_gradients` is the one-call reduction of both kinds, without DDP.
 * BatchNorm: on CUDA the model is converted to SyncBatchNorm; buffers are broadcast from rank 0 before
-  evaluation and checkpointing.
+  evaluation and checkpointing (DDP's per-forward buffer broadcast is off: it would cost a collective per
+  step and change nothing that is saved or evaluated).
 * Evaluation is sharded: rank ``r`` embeds a contiguous block of the split, blocks are gathered in order
   (padding removed), so every rank holds the full embedding matrix once, without duplicates.
-
-The gradient synchronisation is done here instead of by ``DistributedDataParallel`` because the loss is a
-function of the whole global batch: DDP's averaging would divide the model gradient by the world size and
-its forward-wrapping would hide the model from components that call it (EMA, extra views).
 """
 
 from __future__ import annotations
@@ -255,22 +256,41 @@ def _reduce(tensors: list[torch.Tensor], average: bool) -> None:
             t.copy_(synced)
 
 
+def reduce_gradients(params: list[torch.nn.Parameter], average: bool) -> None:
+    """Reduce the gradients of the trainable ``params``; a missing gradient takes part as zeros.
+
+    Zeros keep the collective calls identical on every rank when a parameter got no gradient on one.
+    """
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if params:
+        _reduce([p.grad for p in params], average)
+
+
 def sum_gradients(model_params: list[torch.nn.Parameter], other_params: list[torch.nn.Parameter]) -> None:
     """Sum the model's gradients over ranks; average those of every other trained parameter.
 
-    A parameter without a gradient on this rank takes part with zeros, so every rank issues the same
-    collective calls.
+    The reduction without DDP: one flattened all-reduce per dtype after backward (kept as the reference the
+    DDP path is tested and benchmarked against, ``benchmarks/ddp_speed.py``). A parameter without a gradient
+    on this rank takes part with zeros, so every rank issues the same collective calls.
     """
     if not current().enabled:
         return
     model_ids = {id(p) for p in model_params}
-    for params, average in ((model_params, False), ([p for p in other_params if id(p) not in model_ids], True)):
-        params = [p for p in params if p.requires_grad]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        if params:
-            _reduce([p.grad for p in params], average)
+    reduce_gradients(model_params, average=False)
+    average_gradients([p for p in other_params if id(p) not in model_ids])
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Average the gradients of trained parameters outside the model (loss proxies, regularizer weights).
+
+    Every rank computed them from the same gathered batch, so they are equal up to rounding; averaging
+    makes them bit-identical, so the ranks' optimizers never drift apart.
+    """
+    if current().enabled:
+        reduce_gradients(params, average=True)
 
 
 def broadcast_module(module: Any, buffers_only: bool = False) -> None:
@@ -297,11 +317,12 @@ def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
 
 
 def embed_dataset(model: Any, dataset: Any, *, batch_size: int, workers: int, device: str,
-                  autocast: Any = None) -> tuple[np.ndarray, np.ndarray]:
+                  autocast: Any = None) -> tuple[torch.Tensor, np.ndarray]:
     """Embed ``dataset`` (items ``(image, label, index)``), sharded over ranks when distributed.
 
     Returns:
-        float32 ``N×D`` embeddings and int64 labels in dataset order, identical on every rank.
+        float32 ``N×D`` embeddings as a tensor on ``device`` (never copied to the CPU for a GPU run) and
+        int64 labels as numpy, in dataset order, identical on every rank.
     """
     from torch.utils.data import Subset
 
@@ -319,18 +340,19 @@ def embed_dataset(model: Any, dataset: Any, *, batch_size: int, workers: int, de
                              device=device)
         emb, lab = embed_loader(model, loader, device, autocast)
     else:
-        emb, lab = np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
+        emb, lab = torch.zeros((0, 0), device=device), np.zeros(0, np.int64)
     dim = broadcast_object(emb.shape[1] if info.is_main else None)
     emb = emb.reshape(len(lab), dim)
     # Equal-sized pieces for all_gather: pad to ``per`` rows, remember the real count.
     comm_device = _comm_device()
     padded = torch.zeros(per, dim + 2, dtype=torch.float64, device=comm_device)
-    padded[: len(lab), :dim] = torch.from_numpy(emb).to(comm_device, torch.float64)
+    padded[: len(lab), :dim] = emb.to(comm_device, torch.float64)
     padded[: len(lab), dim] = torch.from_numpy(lab).to(comm_device, torch.float64)
     padded[: len(lab), dim + 1] = 1.0
-    full = gather_plain(padded).cpu()
+    full = gather_plain(padded)  # stays on the communication device (the GPU under NCCL)
     keep = full[:, dim + 1] == 1.0
     full = full[keep]
     if len(full) != n:  # pragma: no cover - a bug guard: shards must cover the split exactly once
         raise RunError(f"sharded evaluation gathered {len(full)} embeddings for {n} images")
-    return full[:, :dim].float().numpy(), full[:, dim].long().numpy().astype(np.int64)
+    labels = full[:, dim].cpu().long().numpy().astype(np.int64)  # small: N labels
+    return full[:, :dim].to(device=device, dtype=torch.float32), labels

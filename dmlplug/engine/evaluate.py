@@ -28,10 +28,17 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
         device: Where the model runs.
         autocast: CUDA autocast dtype, or ``None``.
 
+    The embeddings stay on ``device``: on a GPU the kNN search runs there (``[evaluation] backend``).
+
     Returns:
         The merged metrics and the :class:`~dmlplug.evaluation.EvalContext` they were computed on.
+
+    Raises:
+        DataError: A kNN evaluator is selected and no query of the split has another item of its class in
+            the gallery (as ``dmlplug evaluate`` refuses it).
     """
     from dmlplug.evaluation import EvalContext, run_evaluators
+    from dmlplug.evaluation.api import check_valid_queries
 
     c, data = components, recipe.data
     embeddings, labels = distributed.embed_dataset(
@@ -42,7 +49,9 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
         masks = {"query_mask": c.dataset.test_query_mask, "gallery_mask": c.dataset.test_gallery_mask}
     ctx = EvalContext(embeddings, labels, backend=recipe.evaluation.backend,
                       memory_budget_mb=recipe.evaluation.memory_budget_mb, seed=recipe.run.seed, **masks)
-    return run_evaluators([ev for _, ev in c.evaluators], ctx), ctx
+    evaluators = [ev for _, ev in c.evaluators]
+    check_valid_queries(evaluators, ctx, where=f"the {split} split of [data.dataset] {data.dataset.get('name')!r}")
+    return run_evaluators(evaluators, ctx), ctx
 
 
 def evaluate_safely(evaluate: Callable[[str], dict[str, float]], split: str, *, model: Any, recipe: Any,

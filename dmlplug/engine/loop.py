@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from dmlplug.engine import distributed, rundir, state
+from dmlplug.engine import pictures as _pictures
 from dmlplug.engine import resume as _resume
 from dmlplug.engine.model import freeze_backbone
 from dmlplug.errors import RunError
@@ -59,7 +60,12 @@ def train_epoch(run: Any, skip: int = 0) -> None:
 
     Writes a mid-epoch checkpoint every ``run.checkpoint_every_steps`` steps, and stops after the current
     step (checkpoint written, :class:`~dmlplug.engine.resume.RunInterrupted` raised) once a SIGTERM/SIGINT
-    arrived on any rank.
+    arrived on any rank. The loss terms stay on the device; they are read back (and checked for non-finite
+    values) every ``run.log_every`` steps, before every checkpoint and at the end of the epoch
+    (:class:`~dmlplug.engine.losslog.LossLog`).
+
+    Raises:
+        RunError: A loss term was not finite (named with its step; no checkpoint was written after it).
     """
     c, r, training = run.components, run.recipe.recipe, run.training
     training.batch_plan.set_epoch(run.epoch, skip)
@@ -71,17 +77,23 @@ def train_epoch(run: Any, skip: int = 0) -> None:
     for module in c.trainable().values():
         if isinstance(module, torch.nn.Module):
             module.train()
-    every, batches = r.run.checkpoint_every_steps, len(c.sampler)
+    every, batches, log_every = r.run.checkpoint_every_steps, len(c.sampler), r.run.log_every
     for images, labels, indices in training.loader:
         run.step += 1
         run.epoch_step += 1
-        losses = run.train_step(images, labels, indices, epoch=run.epoch, step=run.step)
+        terms = run.train_step(images, labels, indices, epoch=run.epoch, step=run.step)
+        losses = run.loss_log.record(terms, epoch=run.epoch, step=run.step)
+        checkpoint_due = bool(every) and run.epoch_step % every == 0 and run.epoch_step < batches
+        if run.step % log_every == 0 or checkpoint_due:
+            # read back now (one host sync for the window), before the hooks: loggers never get a bad value
+            run.loss_log.check()
         run.host.pm.hook.on_step_end(run=run.view, step=run.step, losses=losses)
         stop = distributed.any_rank(run.stop_signal is not None)
-        if stop or (every and run.epoch_step % every == 0 and run.epoch_step < batches):
-            state.checkpoint(run, False)
+        if stop or checkpoint_due:
+            state.checkpoint(run, False)  # checks the pending losses first
         if stop:
             raise_interrupted(run)
+    run.loss_log.check()  # before evaluating: a non-finite step is reported as such, not as a broken evaluation
 
 
 def evaluate(run: Any, split: str, *, initial: bool = False) -> bool:
@@ -102,6 +114,7 @@ def evaluate(run: Any, split: str, *, initial: bool = False) -> bool:
     if initial:
         run.initial_metrics = metrics
     improved = run.best.update(metrics, run.epoch)
+    _pictures.at_evaluation(run, split)  # before on_eval_end: loggers read run.latest_pictures
     run.host.pm.hook.on_eval_end(run=run.view, epoch=run.epoch, split=split, metrics=metrics)
     return improved
 

@@ -22,6 +22,7 @@ from dmlplug.engine import distributed, loop, rundir, state
 from dmlplug.engine.assembly import Training, assemble
 from dmlplug.engine.build import Components, build_components, new_context
 from dmlplug.engine.evaluate import evaluate_split, write_artifacts
+from dmlplug.engine.losslog import LossLog
 from dmlplug.engine.seeding import seed_everything
 from dmlplug.engine.selection import BestTracker
 from dmlplug.engine.train_step import TrainStep
@@ -62,6 +63,8 @@ class Run:
         epoch_complete: False from the first batch of an epoch until its end-of-epoch checkpoint.
         best: The best evaluation so far (:class:`~dmlplug.engine.selection.BestTracker`).
         resumed: Whether :meth:`restore` continued the run from a checkpoint.
+        loss_log: The loss terms of the steps not yet read back from the device
+            (:class:`~dmlplug.engine.losslog.LossLog`).
         stop_signal: The SIGTERM/SIGINT that asked the run to stop, set by the signal handler.
     """
 
@@ -84,9 +87,12 @@ class Run:
         self.last_metrics: dict[str, float] = {}
         self.knn_backend: str | None = None
         self.eval_context: Any = None
+        #: The latest evaluation's retrieval grids by kind ("worst", "sample"), see engine/pictures.py.
+        self.latest_pictures: dict[str, Path] = {}
         self.resumed = False
         self.stop_signal: int | None = None
         self.gatherer = distributed.OutputGatherer()
+        self.loss_log = LossLog(directory)
         self._prepared = False
         self.view = ReadOnlyRun(self)
 

@@ -103,7 +103,15 @@ def restore(run: Any, state: dict[str, Any]) -> None:
 
 
 def save(run: Any, name: str) -> Path:
-    """Write ``checkpoints/<name>.pt`` atomically and call ``on_checkpoint`` (rank 0 only writes)."""
+    """Write ``checkpoints/<name>.pt`` atomically and call ``on_checkpoint`` (rank 0 only writes).
+
+    The loss terms of the steps since the last check are checked first: a checkpoint never holds weights
+    trained on a non-finite loss.
+
+    Raises:
+        RunError: A loss term since the last check was not finite (nothing is written).
+    """
+    run.loss_log.check()
     path = run.checkpoint_dir / f"{name}.pt"
     if run.dist.is_main:
         save_checkpoint(path, capture(run))

@@ -7,13 +7,12 @@ miners and regularizers see the global batch (see :mod:`dmlplug.engine.distribut
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dmlplug.engine import distributed, rundir
+from dmlplug.engine import distributed
 from dmlplug.engine.assembly import Training
 from dmlplug.engine.build import Components
 from dmlplug.engine.data import split_views
@@ -40,6 +39,8 @@ class TrainStep:
     def __init__(self, components: Components, training: Training, *, device: str, grad_clip: float | None,
                  channels_last: bool, directory: Path, dist: distributed.DistInfo,
                  gatherer: distributed.OutputGatherer):
+        from dmlplug.engine.ddp import DataParallelModel
+
         self.components = components
         self.training = training
         self.device = device
@@ -50,13 +51,18 @@ class TrainStep:
         self.gatherer = gatherer
         self.model_params = list(components.model.parameters())
         self.trained_params = [p for g in training.optimizer.param_groups for p in g["params"]]
+        model_ids = {id(p) for p in self.model_params}
+        #: Trained parameters outside the model (loss proxies …): averaged over ranks after backward.
+        self.other_params = [p for p in self.trained_params if id(p) not in model_ids]
+        #: The training forward pass: through DistributedDataParallel when distributed, else the plain model.
+        self.forward_model = DataParallelModel(device, enabled=dist.enabled)
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, *, epoch: int,
-                 step: int) -> dict[str, float]:
-        """Train one batch as optimizer step ``step``; returns every loss term's value and ``"total"``.
+                 step: int) -> dict[str, torch.Tensor]:
+        """Train one batch as optimizer step ``step``; returns every loss term and ``"total"``, on the device.
 
-        Raises:
-            RunError: A loss term is not finite (nothing was applied: the last checkpoint is still good).
+        Nothing here reads a value back to the host (no sync): the terms are checked for non-finite values
+        later, by :class:`~dmlplug.engine.losslog.LossLog`, before any checkpoint is written.
         """
         images = images.to(self.device, non_blocking=True)
         if self.channels_last and images.dim() == 4:
@@ -71,9 +77,8 @@ class TrainStep:
         finally:
             self.gatherer.active = False
         total = sum(terms.values())
-        values = {name: float(value.detach()) for name, value in terms.items()}
-        values["total"] = float(total.detach())
-        self._check_finite(values, epoch, step)
+        values = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in terms.items()}
+        values["total"] = total.detach()
         self._optimize(total)
         self.after_optimizer_step(output)
         return values
@@ -85,7 +90,7 @@ class TrainStep:
         images, views = split_views(images)
         amp = torch.autocast(device_type="cuda", dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with amp:
-            out = c.model(images)
+            out = self.forward_model(c.model, images)
         check_outputs(out, c)
         embeddings = out.embedding.float()
         # [loss] embedding: the loss and miner train one named embedding of a multi-head model.
@@ -126,24 +131,15 @@ class TrainStep:
     def _optimize(self, total: torch.Tensor) -> None:
         optimizer, scaler = self.training.optimizer, self.training.scaler
         optimizer.zero_grad(set_to_none=True)
-        scaler.scale(total).backward()
+        scaler.scale(total).backward()  # under DDP the model's gradients are summed over ranks meanwhile
         if self.dist.enabled:
-            distributed.sum_gradients(self.model_params, self.trained_params)
+            self.forward_model.reduce(self.components.model)  # what DDP left out (see engine/ddp.py)
+            distributed.average_gradients(self.other_params)
         if self.grad_clip is not None:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], self.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-
-    def _check_finite(self, values: dict[str, float], epoch: int, step: int) -> None:
-        bad = [name for name, value in values.items() if not math.isfinite(value)]
-        if bad:
-            raise RunError(
-                f"loss term {bad[0]!r} is {values[bad[0]]} at step {step} (epoch {epoch})",
-                where=f"run directory {self.directory}",
-                fix="lower the learning rate or the term's weight; the last good checkpoint is kept in "
-                    f"{self.directory / rundir.CHECKPOINTS}",
-            )
 
 
 def check_outputs(out: Any, components: Components) -> None:

@@ -153,6 +153,11 @@ class ReadOnlyRun:
         """The :class:`dmlplug.evaluation.EvalContext` of the latest evaluation, or ``None``."""
         return self._run.eval_context
 
+    @property
+    def latest_pictures(self) -> Mapping[str, Path]:
+        """PNG retrieval pictures of the latest evaluation by kind (``"worst"``, ``"sample"``); empty when none."""
+        return MappingProxyType(self._run.latest_pictures)  # replaced by dmlplug.engine.pictures at each evaluation
+
 
 class ReadOnly:
     """Attribute access to a pydantic model (the recipe) that refuses assignment, at any depth.

@@ -21,8 +21,12 @@ class EvalContext:
     Evaluators tell the context how many neighbours they need (:meth:`request_k`) before the first
     :meth:`knn` call, so the graph is searched once with the largest of those values.
 
+    Tensors stay where they are (CPU or GPU): the search runs on their device and only the small neighbour
+    lists come to the host, so a GPU run never copies the N×D embeddings to the CPU to search them.
+
     Args:
-        embeddings: ``N×D`` float array (numpy) or tensor (CPU or CUDA); not copied when already float32.
+        embeddings: ``N×D`` float array (numpy) or tensor (kept on its device); not copied when already
+            float32.
         labels: ``N`` integer labels (any int64 values; ids above 2**24 are fine).
         query_mask: Optional boolean mask of length N selecting the queries.
         gallery_mask: Optional boolean mask of length N selecting the gallery.
@@ -68,7 +72,9 @@ class EvalContext:
         self.seed = int(seed)
         #: Shared results of expensive steps (clusters, pair sets, per-query metric values ...).
         self.cache: dict[Any, Any] = {}
-        self._knn: np.ndarray | None = None
+        self._knn: np.ndarray | None = None  # canonical neighbours (identities)
+        self._rel_knn: np.ndarray | None = None  # canonical up to swaps of equally relevant near-ties
+        self._rel_depth = np.zeros(0, dtype=np.int64)
         self._hits: np.ndarray | None = None
         self.search_stats = None
         self._label_stats()
@@ -135,6 +141,7 @@ class EvalContext:
         self.knn_queries = np.flatnonzero(self.relevant > 0)
         self._depth = np.zeros(len(self.knn_queries), dtype=np.int64)
         self._knn_depth = self._depth.copy()
+        self._rel_depth = self._depth.copy()
 
     @property
     def excluded_queries(self) -> int:
@@ -164,13 +171,13 @@ class EvalContext:
 
     @property
     def knn_used(self) -> bool:
-        """Whether the kNN graph has been computed."""
-        return self._knn is not None
+        """Whether the kNN graph has been computed (by :meth:`knn` or :meth:`hits`)."""
+        return self._knn is not None or self._rel_knn is not None
 
     @property
     def knn_depth(self) -> np.ndarray:
-        """Per kept query, how many leading columns of :meth:`knn` are certified exact."""
-        return self._knn_depth
+        """Per kept query, how many leading columns of the latest search (:meth:`knn`, :meth:`hits`) are exact."""
+        return self._knn_depth if self._knn is not None else self._rel_depth
 
     def knn(self, k: int | None = None) -> np.ndarray:
         """Neighbour gallery positions of the kept queries (rows follow :attr:`knn_queries`).
@@ -188,21 +195,39 @@ class EvalContext:
         """
         self.request_k(max(int(k or 0), 1))
         if self._knn is None or bool((self._depth > self._knn_depth).any()):
-            queries = self._rows(self.query_index[self.knn_queries]) if self.excluded_queries or \
-                not self.leave_one_out else self._rows(self.query_index)
-            gallery = self._rows(self.gallery_index)
-            width = int(self._depth.max()) if len(self._depth) else 1
-            self._knn, self.search_stats = exact_knn(
-                queries, gallery, width, self_pos=self.self_pos[self.knn_queries], depth=self._depth,
-                backend=self.backend_used, budget_bytes=self.budget_bytes,
-            )
+            self._knn = self._search(relevance=None)
             self._knn_depth = self._depth.copy()
             self._hits = None
         return self._knn
 
+    def _search(self, relevance: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        queries = self._rows(self.query_index[self.knn_queries]) if self.excluded_queries or \
+            not self.leave_one_out else self._rows(self.query_index)
+        gallery = self._rows(self.gallery_index)
+        width = int(self._depth.max()) if len(self._depth) else 1
+        found, self.search_stats = exact_knn(
+            queries, gallery, width, self_pos=self.self_pos[self.knn_queries], depth=self._depth,
+            backend=self.backend_used, budget_bytes=self.budget_bytes, relevance=relevance,
+        )
+        return found
+
     def hits(self, k: int | None = None) -> np.ndarray:
-        """Boolean relevance of the neighbours of the kept queries (same shape as :meth:`knn`)."""
-        idx = self.knn(k)
+        """Boolean relevance of the neighbours of the kept queries (same shape as :meth:`knn`).
+
+        The first ``knn_depth[row]`` columns equal the relevance of the canonical neighbours of :meth:`knn`.
+        Without an earlier :meth:`knn` call they come from a cheaper search that re-ranks only near-ties
+        mixing relevant and irrelevant items (their order is all a relevance-based metric sees).
+        """
+        self.request_k(max(int(k or 0), 1))
+        if self._knn is not None and not bool((self._depth > self._knn_depth).any()):
+            idx = self._knn
+        else:
+            if self._rel_knn is None or bool((self._depth > self._rel_depth).any()):
+                labels = (self.query_labels[self.knn_queries], self.gallery_labels)  # rows: searched queries
+                self._rel_knn = self._search(relevance=labels)
+                self._rel_depth = self._depth.copy()
+                self._hits = None
+            idx = self._rel_knn
         if self._hits is None or self._hits.shape != idx.shape:
             g_labels = self.gallery_labels
             q_labels = self.query_labels[self.knn_queries]
@@ -220,24 +245,9 @@ class EvalContext:
 
 
 def _as_float32_matrix(embeddings: Any) -> tuple[Any, bool]:
-    on_cuda = False
-    if hasattr(embeddings, "detach") and hasattr(embeddings, "device"):  # a torch tensor
-        x = embeddings.detach()
-        on_cuda = x.device.type == "cuda"
-        if not on_cuda:
-            x = x.float().cpu().numpy()  # .float() is free for float32; numpy has no bfloat16
-        else:
-            import torch
-
-            if x.dim() != 2:
-                raise DataError(f"embeddings must be a 2-D N×D array, got shape {tuple(x.shape)}",
-                                where="evaluation input", fix="pass one embedding per row")
-            if not bool(torch.isfinite(x).all()):
-                raise RunError("the embeddings contain NaN or infinite values", where="evaluation input",
-                               fix="check the model for a numerical failure (learning rate, loss scale)")
-            return x.float().contiguous(), True
-    else:
-        x = embeddings
+    if hasattr(embeddings, "detach") and hasattr(embeddings, "device"):  # a torch tensor: stays on its device
+        return _as_float32_tensor(embeddings.detach())
+    x = embeddings
     try:
         x = np.asarray(x)
     except Exception as exc:  # pragma: no cover - exotic input types
@@ -251,7 +261,23 @@ def _as_float32_matrix(embeddings: Any) -> tuple[Any, bool]:
     if not np.isfinite(x).all():
         raise RunError("the embeddings contain NaN or infinite values", where="evaluation input",
                        fix="check the model for a numerical failure (learning rate, loss scale)")
-    return x, on_cuda
+    return x, False
+
+
+def _as_float32_tensor(x: Any) -> tuple[Any, bool]:
+    """A contiguous float32 tensor on the device it came from (CPU tensors take the same path as CUDA ones)."""
+    import torch
+
+    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise DataError(f"embeddings must be a non-empty 2-D N×D array, got shape {tuple(x.shape)}",
+                        where="evaluation input", fix="pass one embedding per row")
+    if x.is_complex() or x.dtype == torch.bool:
+        raise DataError(f"embeddings must be real numbers, got dtype {x.dtype}", where="evaluation input")
+    x = x.float().contiguous()  # free for float32; bfloat16/half outputs are widened
+    if not bool(torch.isfinite(x).all()):
+        raise RunError("the embeddings contain NaN or infinite values", where="evaluation input",
+                       fix="check the model for a numerical failure (learning rate, loss scale)")
+    return x, x.device.type == "cuda"
 
 
 def _as_int64_labels(labels: Any, n: int) -> np.ndarray:

@@ -9,6 +9,13 @@ apart than twice a rigorous float32 error bound, in which case the backend order
 canonical order. The remaining queries (near-ties, duplicates) are re-ranked in float64 over a larger
 candidate list whose completeness is certified by the same error bound, doubling the list until it is.
 
+With ``relevance`` (query and gallery labels) only near-tied runs that mix relevant and irrelevant items are
+re-ranked: swapping two equally relevant neighbours cannot change any relevance-based metric, so the
+relevance pattern (:meth:`EvalContext.hits`) still equals the canonical one, at a fraction of the cost.
+
+Everything runs where the data is: for torch tensors on a GPU the search, the norms and the float64 distances
+stay on the device; only the small ``Q×k`` candidate lists come to the host.
+
 Self-matches are removed by index (``self_pos``), never by assuming the first neighbour is the query.
 """
 
@@ -26,6 +33,12 @@ from dmlplug.knn_backends import KNN_BACKENDS
 #: Backend names accepted by :class:`~dmlplug.evaluation.EvalContext`: the one list the recipe schema checks
 #: ``[evaluation] backend`` against too (:data:`dmlplug.knn_backends.KNN_BACKENDS`).
 BACKENDS = KNN_BACKENDS
+
+#: Error bound of one float32 distance ``|q|²+|g|²−2q·g``: each of the three D-term sums is off by at most
+#: ``γ_D ≈ D·u`` times its absolute terms (any summation order, FMA or not; Higham, *Accuracy and Stability of
+#: Numerical Algorithms*, §3.1), and the two additions and the norm casts add a few ``u`` more, so
+#: ``(D + 4)·u·(|q| + |g|)²`` bounds it; the factor 1.1 covers the ``1/(1 − D·u)`` of ``γ_D``.
+_BOUND_FACTOR = 1.1
 
 #: Unit round-off used in the error bound: float32 for faiss-cpu and torch (TF32 is switched off while
 #: searching), the 10-bit mantissa of TF32 for faiss-gpu, which may use tensor cores.
@@ -114,7 +127,7 @@ class _Searcher:
 
             g = _to_torch(gallery)
             self.gallery_t = g
-            self.gallery_sq = (g.double() * g.double()).sum(1).to(g.dtype)
+            self.gallery_sq = _sq_norms(g).to(g.dtype)
         elif backend == "faiss-gpu":
             import faiss
 
@@ -131,9 +144,14 @@ class _Searcher:
         if self.backend == "faiss-gpu":
             import faiss
 
-            q = _as_numpy32(queries)
-            d, i = faiss.knn_gpu(self._gpu_res, q, _as_numpy32(self.gallery), k)
-            return d, i.astype(np.int64, copy=False)
+            if isinstance(self.gallery, np.ndarray):
+                d, i = faiss.knn_gpu(self._gpu_res, _as_numpy32(queries), self.gallery, k)
+                return d, i.astype(np.int64, copy=False)
+            # Tensors on the GPU go to faiss as they are (its torch bridge), only the Q×k result comes back.
+            import faiss.contrib.torch_utils  # noqa: F401  (lets knn_gpu take torch tensors)
+
+            d, i = faiss.knn_gpu(self._gpu_res, _to_torch(queries).float().contiguous(), self.gallery, k)
+            return d.cpu().numpy(), i.cpu().numpy().astype(np.int64, copy=False)
         return self._torch_search(queries, k, chunk_rows)
 
     def _torch_search(self, queries: Any, k: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +167,7 @@ class _Searcher:
             with torch.no_grad():
                 for start in range(0, len(q_all), chunk_rows):
                     q = q_all[start:start + chunk_rows]
-                    q_sq = (q.double() * q.double()).sum(1).to(q.dtype)
+                    q_sq = _sq_norms(q).to(q.dtype)
                     dist = torch.addmm(g_sq.unsqueeze(0), q, g.T, beta=1.0, alpha=-2.0)
                     dist.add_(q_sq.unsqueeze(1)).clamp_(min=0)
                     d, i = torch.topk(dist, k, dim=1, largest=False, sorted=True)
@@ -163,14 +181,26 @@ class _Searcher:
 
 def _as_numpy32(x: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        x = x.detach().cpu().numpy()
+        x = x.detach()
+        x = x.numpy() if x.device.type == "cpu" else x.cpu().numpy()  # a CPU tensor is viewed, not copied
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def _row_norms(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
-    return x.double().pow(2).sum(1).sqrt().cpu().numpy()
+    return _sq_norms(x).sqrt().cpu().numpy()
+
+
+def _on_cpu(x: Any) -> bool:
+    return isinstance(x, np.ndarray) or x.device.type == "cpu"
+
+
+def _sq_norms(x: Any) -> Any:
+    """Float64 squared row norms of a tensor, on its device, without a float64 copy of the rows."""
+    import torch
+
+    return torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).square()
 
 
 def exact_knn(
@@ -183,6 +213,7 @@ def exact_knn(
     budget_bytes: int,
     depth: np.ndarray | None = None,
     slack: int = 8,
+    relevance: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, SearchStats]:
     """The k nearest gallery positions of every query, in the canonical order up to a per-query depth.
 
@@ -197,6 +228,9 @@ def exact_knn(
             and order); later columns follow the backend's order. Default: ``k`` for every query. Metrics
             that look at fewer positions for some queries (MAP@R needs R_q) save work this way.
         slack: Extra candidates fetched beyond k + 2, so most near-tie queries are re-ranked in place.
+        relevance: Optional ``(query labels Q, gallery labels G)``: then the first ``depth[q]`` columns are
+            canonical up to swaps of near-tied neighbours that are both relevant or both irrelevant, so
+            their relevance pattern is the canonical one while far fewer pairs are re-ranked.
 
     Returns:
         ``Q×k`` int64 gallery positions (``-1`` where fewer than ``k`` neighbours exist) and statistics.
@@ -211,10 +245,11 @@ def exact_knn(
     searcher = _Searcher(backend, gallery)
     q_norm = _row_norms(queries)
     g_norm_max = float(_row_norms(gallery).max())
-    eps = 2.0 * (dim + 3) * _ROUNDOFF[backend] * (q_norm + g_norm_max) ** 2 + 1e-30
+    eps = _BOUND_FACTOR * (dim + 4) * _ROUNDOFF[backend] * (q_norm + g_norm_max) ** 2 + 1e-30
     # torch materialises a rows × G block (plus topk's copy); faiss works in small internal blocks.
     block_rows = max(1, budget_bytes // max(1, 12 * num_g)) if backend == "torch" else _MAX_QUERY_CHUNK
-    job = _Job(searcher, queries, gallery, k, depth, self_pos, eps, result, stats, block_rows, budget_bytes)
+    job = _Job(searcher, queries, gallery, k, depth, self_pos, eps, result, stats, block_rows, budget_bytes,
+               relevance)
     for start in range(0, num_q, _MAX_QUERY_CHUNK):
         _search_chunk(job, np.arange(start, min(start + _MAX_QUERY_CHUNK, num_q)), slack)
     return result, stats
@@ -235,6 +270,7 @@ class _Job:
     stats: SearchStats
     block_rows: int
     budget_bytes: int
+    relevance: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _search_chunk(job: _Job, rows: np.ndarray, slack: int) -> None:
@@ -277,6 +313,8 @@ def _search_chunk(job: _Job, rows: np.ndarray, slack: int) -> None:
     run_start[:, 1:] = ~tied
     start_col = np.maximum.accumulate(np.where(run_start, np.arange(width)[None, :], 0), axis=1)
     uncertain = in_run & (start_col < depth[:, None]) & ~widen[:, None]
+    if job.relevance is not None:
+        uncertain &= _mixed_runs(job, rows, idx, tied, run)
     need = uncertain.any(1)
     if need.any():
         r_loc, c_loc = np.nonzero(uncertain)
@@ -292,6 +330,18 @@ def _search_chunk(job: _Job, rows: np.ndarray, slack: int) -> None:
     if widen.any():
         job.stats.widened += int(widen.sum())
         _widen(job, rows[widen], min(2 * kk, num_g))
+
+
+def _mixed_runs(job: _Job, rows: np.ndarray, idx: np.ndarray, tied: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """Columns whose near-tied run holds both relevant and irrelevant items (only there can order matter)."""
+    q_labels, g_labels = job.relevance
+    hit = g_labels[idx] == q_labels[rows, None]
+    flips = tied & (hit[:, 1:] != hit[:, :-1])  # columns j, j+1 in one run with different relevance
+    width = idx.shape[1]
+    flat_run = run + (np.arange(len(rows)) * width)[:, None]  # run ids unique over the whole block
+    mixed = np.zeros(len(rows) * width, dtype=bool)
+    mixed[flat_run[:, :-1][flips]] = True
+    return mixed[flat_run]
 
 
 def _exact_pair_sq_dist(job: _Job, query_rows: np.ndarray, gallery_pos: np.ndarray) -> np.ndarray:
@@ -356,6 +406,14 @@ def _search_rows(searcher, queries, rows, kk, block_rows) -> tuple[np.ndarray, n
 
 def _exact_sq_dist(queries, gallery, rows, cand) -> np.ndarray:
     """Float64 ``Σ(q−g)²`` for each (query row, candidate position); exact for duplicates (0.0)."""
+    if _on_cpu(queries):
+        # numpy gathers are several times faster than torch's for these small float64 blocks on a CPU
+        # (torch reads CPU tensors here without a copy: same memory, same arithmetic).
+        q, g = _as_numpy32(queries), _as_numpy32(gallery)
+        diff = g[cand].astype(np.float64)
+        diff -= q[rows][:, None, :]
+        diff *= diff
+        return diff.sum(-1)
     import torch
 
     q = _to_torch(queries)
@@ -363,7 +421,7 @@ def _exact_sq_dist(queries, gallery, rows, cand) -> np.ndarray:
     rows_t = torch.as_tensor(rows, device=q.device)
     cand_t = torch.as_tensor(cand, device=g.device)
     diff = g[cand_t].double()  # in place from here: one float64 copy of the candidates
-    diff.sub_(q[rows_t].double().unsqueeze(1))
+    diff.sub_(q[rows_t].unsqueeze(1))  # the float32 query rows are widened by the subtraction, not copied
     diff.mul_(diff)
     return diff.sum(-1).cpu().numpy()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from dmlplug.errors import ComponentError
 from dmlplug.evaluation.context import EvalContext
 from dmlplug.protocols import HasFigures, HasRequiredK, WritesArtifacts
 
-#: Key under which the number of lone queries is reported whenever a kNN metric was computed.
+#: Key under which the number of lone queries is reported whenever a kNN evaluator ran.
 EXCLUDED_KEY = "excluded_queries"
 
 
@@ -18,16 +19,22 @@ def run_evaluators(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, flo
     """Evaluate every evaluator on ``ctx`` and merge their metric dicts.
 
     Evaluators that define ``required_k(ctx)`` are asked first, so the kNN graph is searched once with
-    the largest k any of them needs. When any metric used the kNN graph, the number of lone queries left
-    out of the kNN metrics is added as ``excluded_queries`` (also when it is 0).
+    the largest k any of them needs. When a kNN evaluator ran (one with ``required_k``) or any metric used
+    the kNN graph, the number of lone queries left out of the kNN metrics is added as ``excluded_queries``
+    (also when it is 0, and also when every query is lone: then the kNN metrics are NaN and a warning says
+    why; ``dmlplug evaluate`` and the engine refuse that case before calling this).
 
     Raises:
         ComponentError: Two evaluators produce the same metric name.
     """
     evaluators = list(evaluators)
-    for evaluator in evaluators:
-        if isinstance(evaluator, HasRequiredK):
-            ctx.request_k(evaluator.required_k(ctx))
+    knn_evaluators = [e for e in evaluators if isinstance(e, HasRequiredK)]
+    for evaluator in knn_evaluators:
+        ctx.request_k(evaluator.required_k(ctx))
+    if knn_evaluators and len(ctx.knn_queries) == 0:
+        warnings.warn(f"no valid query: none of the {ctx.num_queries} queries has another item of its class in "
+                      f"the gallery (excluded_queries = {ctx.excluded_queries}), so every kNN metric is NaN",
+                      RuntimeWarning, stacklevel=2)
     metrics: dict[str, float] = {}
     owner: dict[str, str] = {}
     for evaluator in evaluators:
@@ -41,7 +48,7 @@ def run_evaluators(evaluators: Iterable[Any], ctx: EvalContext) -> dict[str, flo
                 )
             metrics[key] = float(value)
             owner[key] = name
-    if ctx.knn_used:
+    if ctx.knn_used or knn_evaluators:
         if EXCLUDED_KEY in metrics:
             raise ComponentError(f"an evaluator produces the reserved metric name {EXCLUDED_KEY!r}",
                                  where=f"evaluator {owner[EXCLUDED_KEY]!r}", fix="rename that metric")

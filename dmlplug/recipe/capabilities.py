@@ -136,6 +136,23 @@ def _head_embedding_names(head: ComponentSpec) -> list[str] | None:
     return list(heads) if isinstance(heads, dict) else None
 
 
+def _check_head_embedding_params(recipe: ValidatedRecipe, head: ComponentSpec | None, where: str) -> None:
+    # A component whose params name head outputs (DiVA's *_head parameters) declares them with
+    # head_embeddings() -> {parameter: output name}; each must be an output of a head that names its outputs.
+    names = _head_embedding_names(head) if head is not None else None
+    if names is None:
+        return
+    for path, spec in recipe.components.items():
+        declared = getattr(spec.params, "head_embeddings", None)  # like extra_requires: any pydantic model works
+        for param, name in ((declared() if callable(declared) else None) or {}).items():
+            if name not in names:
+                raise RecipeError(
+                    f"{path}.{param} = {name!r} is not an output of head {head.name!r}{did_you_mean(name, names)}",
+                    where=f"{where}: {path}.{param}",
+                    fix="choose one of: " + ", ".join(names) + " (the keys of [head] heads)",
+                )
+
+
 def _check_engine_services(recipe: ValidatedRecipe, needs: EngineNeeds, where: str) -> None:
     backbone, head, loss = recipe.component("backbone"), recipe.component("head"), recipe.component("loss")
 
@@ -160,6 +177,7 @@ def _check_engine_services(recipe: ValidatedRecipe, needs: EngineNeeds, where: s
             where=f"{where}: [head]",
             fix='use a head that gives named embeddings, e.g. [head] name = "multi" with a `heads` table',
         )
+    _check_head_embedding_params(recipe, head, where)
     name = loss.options.get("embedding", "") if loss is not None else ""
     if name:
         if not head_named:

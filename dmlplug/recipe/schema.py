@@ -126,6 +126,12 @@ class EvaluationSection(Params):
     backend: Literal[KNN_BACKENDS] = Field(  # type: ignore[valid-type]  # the one list, see knn_backends
         "auto", description="kNN backend: " + ", ".join(KNN_BACKENDS) + ". " + KNN_BACKEND_HELP + ".")
     memory_budget_mb: int | None = Field(None, ge=16, description="Memory budget of the kNN search.")
+    pictures: bool = Field(True, description="At every evaluation, PNG grids of queries with their top-k "
+                                             "neighbours (the worst by average precision, and a fixed random "
+                                             "sample) in the run's pictures folder and TensorBoard; image "
+                                             "datasets only.")
+    pictures_queries: int = Field(16, ge=1, le=64, description="Queries (rows) in each retrieval picture.")
+    pictures_k: int = Field(5, ge=1, le=20, description="Neighbours shown per query in the retrieval pictures.")
 
 
 class Recipe(Params):

@@ -12,6 +12,8 @@ Values:
     * learning curves: every evaluation in ``metrics.jsonl`` (mean over the group's seeds per epoch), and the
       training loss ``train/loss/total`` from the runs' TensorBoard events when there are some
       (:mod:`dmlplug.report.figures`);
+    * retrieval pictures: the last evaluation's grids of worst and sampled queries of each run (a few runs
+      at most, see :mod:`dmlplug.report.pictures`), copied into the figure folder;
     * plugin sections: every plugin's ``report_section(groups, metrics, figure_dir)`` hook may add table
       columns, a Markdown section and figures (the ooDML plugin adds each split's FID, AGS and metric-vs-FID
       plots), see :class:`dmlplug.protocols.ReportSection`.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.protocols import ReportSection
+from dmlplug.report import pictures as _pictures
 from dmlplug.report.runs import Group, RunRecord, choose_metrics, find_runs, group_runs, read_run
 
 __all__ = ["Group", "Report", "RunRecord", "build_report", "choose_metrics", "find_runs", "group_runs",
@@ -36,12 +39,14 @@ __all__ = ["Group", "Report", "RunRecord", "build_report", "choose_metrics", "fi
 
 @dataclass
 class Report:
-    """Groups, the metrics shown, the plugins' sections and the figures written."""
+    """Groups, the metrics shown, the plugins' sections, the figures written and the runs' retrieval pictures."""
 
     groups: list[Group]
     metrics: list[str]
     sections: list[ReportSection] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
+    pictures: list[_pictures.RunPictures] = field(default_factory=list)
+    pictures_left_out: int = 0
 
     def extra_columns(self) -> list[str]:
         """The sections' table columns, in section order then first appearance."""
@@ -91,6 +96,9 @@ class Report:
                 shown = path.relative_to(relative_to) if relative_to is not None else path
                 lines.append(f"![{path.stem}]({shown.as_posix()})")
                 lines.append("")
+        # Last: the pictures are tall, the table and curves stay at the top.
+        pictures = _pictures.markdown(self.pictures, self.pictures_left_out, relative_to)
+        lines += ([""] if pictures and lines[-1] else []) + pictures
         return "\n".join(lines).rstrip() + "\n"
 
     def csv(self) -> str:
@@ -157,11 +165,13 @@ def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None =
     groups = group_runs(runs)
     chosen = choose_metrics(groups, metrics)
     report = Report(groups, chosen, sections=plugin_sections(groups, chosen, figure_dir))
+    report.pictures, report.pictures_left_out = _pictures.collect(groups)
     if figure_dir is not None:
         for metric in chosen[:6]:
             report.figures.append(save(learning_curves(groups, metric), figure_dir / f"curve_{slug(metric)}.png"))
         if any(r.loss_curve for g in groups for r in g.runs):
             report.figures.append(save(loss_curves(groups), figure_dir / "train_loss.png"))
+        _pictures.copy_into(report.pictures, figure_dir)
     report.figures += [path for section in report.sections for path in section.figures]
     return report
 

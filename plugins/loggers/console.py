@@ -51,10 +51,14 @@ class ConsoleLogger:
 
     @hookimpl
     def on_step_end(self, run, step, losses):
-        """Advance the bar, showing the total loss."""
+        """Advance the bar; show the total loss every ``run.log_every`` steps."""
         self._last_losses = losses
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, advance=1, loss=f"loss {losses['total']:.4f}")
+            # Only on logging steps: reading a loss on other steps would wait for the device (a host sync).
+            if step % run.recipe.run.log_every == 0:
+                self._progress.update(self._task, advance=1, loss=f"loss {losses['total']:.4f}")
+            else:
+                self._progress.update(self._task, advance=1)
 
     @hookimpl
     def on_eval_end(self, run, epoch, split, metrics):

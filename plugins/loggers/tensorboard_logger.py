@@ -20,7 +20,8 @@ class TensorBoardLogger:
     Scalars: ``train/loss/<term>`` (every loss and regularizer term and ``total``), ``train/lr/<group>``
     (every optimizer parameter group), ``eval/<split>/<metric>``, ``epoch``. At every evaluation also the
     histograms ``eval/<split>/pair_distance/positive`` and ``.../negative``, the evaluator figures
-    ``eval/<split>/figure/<name>`` and the text ``eval/<split>/counts`` (bookkeeping counts such as
+    ``eval/<split>/figure/<name>``, the retrieval pictures ``eval/<split>/pictures/worst`` and ``.../sample``
+    (``[evaluation] pictures``) and the text ``eval/<split>/counts`` (bookkeeping counts such as
     ``excluded_queries``); at the end of the run the embedding projector and the hyper-parameters.
 
     Args:
@@ -98,6 +99,8 @@ class TensorBoardLogger:
                 for name, figure in collect_figures(_evaluators(run), ctx).items():
                     self.writer.add_figure(f"eval/{split}/figure/{name}", figure, step, close=False)
                     figure.clear()
+        for kind, path in run.latest_pictures.items():  # the retrieval pictures ([evaluation] pictures)
+            self.writer.add_image(f"eval/{split}/pictures/{kind}", _png_pixels(path), step, dataformats="HWC")
         self.writer.flush()
 
     @hookimpl
@@ -168,6 +171,15 @@ def hparam_values(flat: Mapping[str, Any]) -> dict[str, Any]:
     Booleans, numbers and strings are kept; anything else (lists, ``None``) becomes its string form.
     """
     return {key: value if isinstance(value, bool | int | float | str) else str(value) for key, value in flat.items()}
+
+
+def _png_pixels(path: Any) -> Any:
+    """The RGB pixels of a PNG file as an ``H×W×3`` uint8 array."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
 
 
 def _count(value: float) -> str:

@@ -114,3 +114,20 @@ def test_a_decode_failure_inside_a_worker_reaches_the_main_process_as_a_data_err
     source.decode_errors = "skip"  # the policy travels to the worker with the source
     images, labels, _ = next(iter(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1)))
     assert torch.equal(images[2], images[3]) and labels.tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("mode", ["train", "test"])
+def test_pil_images_and_uint8_tensors_give_the_same_result(mode):
+    # The transforms run on uint8 tensors (measured faster than PIL's): a PIL image and the same pixels as a
+    # C×H×W tensor (what torchvision.io.decode_jpeg returns) are the same input under the same seed.
+    import torch
+    from torchvision.transforms.functional import pil_to_tensor
+
+    image = _gradient()
+    transform = build_transform(mode, augment="dml", image_size=64)
+    torch.manual_seed(3)
+    from_pil = transform(image)
+    torch.manual_seed(3)
+    from_tensor = transform(pil_to_tensor(image))
+    assert type(from_pil) is torch.Tensor and from_pil.dtype == torch.float32
+    assert torch.equal(from_pil, from_tensor)

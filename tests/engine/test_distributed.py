@@ -3,6 +3,9 @@
 * The engine's distributed step (model outputs gathered with gradients, losses and miners on the global
   batch, model gradients summed, loss parameters averaged) gives the same parameters after a few steps as a
   single process on the concatenated batch, for a miner + tuple loss and a parametric (proxy) loss.
+* The same through ``DistributedDataParallel`` (:mod:`dmlplug.engine.ddp`, summing hook): an unused head, a
+  second forward pass on the plain model and a backbone freeze (DDP rebuilt) still give the single-process
+  parameters.
 * Sharded evaluation returns every embedding once, in order; batch plans give equal slices per rank.
 * A short recipe runs end to end under torchrun, with one set of files written by rank 0, and ends with the
   same weights as the single-process run of the same recipe.
@@ -120,6 +123,104 @@ def test_two_gloo_processes_match_one_process_on_the_concatenated_batch(tmp_path
         np.testing.assert_array_equal(got["labels"], reference_labels)
         assert got["plan"] == [list(range(8 + 4 * rank, 12 + 4 * rank)), list(range(16 + 4 * rank, 20 + 4 * rank))]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False)["trained"] for r in (0, 1)]
+    for name in ranks[0]["model"]:  # ranks stay bit-identical
+        assert torch.equal(ranks[0]["model"][name], ranks[1]["model"][name])
+    assert torch.equal(ranks[0]["proxies"], ranks[1]["proxies"])
+
+
+def _ddp_problem():
+    """A two-head model (head ``b`` unused by the loss), a proxy loss and a tuple loss on a second view."""
+    from pytorch_metric_learning import losses, miners
+
+    torch.manual_seed(0)
+    model = _TwoHeads()
+    proxy = losses.ProxyAnchorLoss(num_classes=CLASSES, embedding_size=5)
+    triplet, miner = losses.TripletMarginLoss(margin=0.2), miners.MultiSimilarityMiner(epsilon=0.5)
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(BATCH, DIM, generator=generator), torch.arange(BATCH) % CLASSES)
+               for _ in range(DDP_STEPS)]
+    optimizer = torch.optim.SGD([*model.parameters(), *proxy.parameters()], lr=0.5)
+    return model, proxy, triplet, miner, batches, optimizer
+
+
+DDP_STEPS, FREEZE_AT = 4, 2
+
+
+class _TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(DIM, 12), torch.nn.ReLU())
+        self.a, self.b = torch.nn.Linear(12, 5), torch.nn.Linear(12, 5)
+
+    def forward(self, x):
+        from dmlplug.engine.model import ModelOutput
+
+        features = self.backbone(x)
+        named = {"a": self.a(features), "b": self.b(features)}
+        return ModelOutput(torch.nn.functional.normalize(named["a"], dim=1), features, None, named)
+
+
+def _train_ddp(model, proxy, triplet, miner, batches, optimizer, rank=0, world=1, gatherer=None):
+    """The engine's step: forward through DataParallelModel, a second (direct) forward on another view,
+    proxies averaged after backward; the backbone is frozen from step FREEZE_AT on (DDP is rebuilt)."""
+    from dmlplug.engine.ddp import DataParallelModel
+
+    forward = DataParallelModel("cpu", enabled=world > 1)
+    for step, (x, y) in enumerate(batches):
+        if step == FREEZE_AT:
+            for p in model.backbone.parameters():
+                p.requires_grad_(False)
+        size = BATCH // world
+        x, y = x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]
+        if world > 1:
+            y = distributed.gather_plain(y)
+            gatherer.active = True
+        out = forward(model, x)
+        view = model(x * 0.5)  # a component calling the plain model on an extra view
+        if gatherer is not None:
+            gatherer.active = False
+        second = torch.nn.functional.normalize(view.named["a"], dim=1)
+        loss = proxy(out.embedding, y) + triplet(second, y, miner(second, y))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        forward.reduce(model)
+        distributed.average_gradients(list(proxy.parameters()))
+        optimizer.step()
+    return {"model": {k: v.clone() for k, v in model.state_dict().items()}, "proxies": proxy.proxies.detach().clone(),
+            "builds": forward.builds}
+
+
+def _ddp_worker(rank, world, port, out_dir):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model, *rest = _ddp_problem()
+        gatherer = distributed.OutputGatherer()
+        gatherer.attach(model)
+        trained = _train_ddp(model, *rest, rank=rank, world=world, gatherer=gatherer)
+        torch.save(trained, os.path.join(out_dir, f"ddp{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_step_matches_one_process_with_unused_head_second_view_and_freeze(tmp_path):
+    """DistributedDataParallel with the summing hook gives the single-process parameters: the gradients of
+    a second forward pass are reduced too, an unused head is tolerated, and a freeze rebuilds DDP."""
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    single = _train_ddp(*_ddp_problem())
+    first = _ddp_problem()[0].state_dict()
+    assert single["builds"] == 0  # a single process never builds DDP
+    for name in ("a.weight", "backbone.0.weight"):  # trained (the backbone before the freeze)
+        assert not torch.allclose(single["model"][name], first[name])
+    torch.testing.assert_close(single["model"]["b.weight"], first["b.weight"])  # unused head: no gradient
+    ranks = [torch.load(tmp_path / f"ddp{r}.pt", weights_only=False) for r in (0, 1)]
+    for got in ranks:
+        assert got["builds"] == 2  # after the first (probing) step, and again after the freeze's probing step
+        for name, value in single["model"].items():
+            torch.testing.assert_close(got["model"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(got["proxies"], single["proxies"], rtol=1e-5, atol=1e-6)
     for name in ranks[0]["model"]:  # ranks stay bit-identical
         assert torch.equal(ranks[0]["model"][name], ranks[1]["model"][name])
     assert torch.equal(ranks[0]["proxies"], ranks[1]["proxies"])

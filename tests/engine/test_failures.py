@@ -29,10 +29,35 @@ def test_non_finite_term_stops_with_its_name_and_step_keeping_the_last_checkpoin
     with pytest.raises(RunError, match=r"loss term 'spread/inner' is inf at step 3 \(epoch 1\)"):
         dmlplug.run(tiny_recipe, overrides=SMALL, out=tmp_path / "r", quiet=True)
     state = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=False)
-    assert state["step"] == 2  # the last good state: the poisoned step never reached the optimizer
+    # the last good state: with a checkpoint after every step, the check before writing step 3's stops the run
+    assert state["step"] == 2
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
     results = json.loads((tmp_path / "r" / "results.json").read_text())
     assert results["status"] == "failed" and "spread/inner" in results["error"]
+
+
+def test_non_finite_term_found_at_the_next_logging_step_names_its_step_and_writes_no_checkpoint_after_it(
+        tiny_recipe, tmp_path, monkeypatch):
+    # The terms are read back from the device every run.log_every steps only (no host sync per step), so a
+    # non-finite term at step 5 is found at step 6; the run stops there, naming step 5, and the last
+    # checkpoint is still the one written before it (end of epoch 1, step 4).
+    original, steps = TrainStep.forward_terms, []
+
+    def poisoned(self, *args, **kwargs):
+        terms, output = original(self, *args, **kwargs)
+        steps.append(kwargs["step"])
+        if kwargs["step"] == 5:
+            terms["loss"] = terms["loss"] * float("nan")
+        return terms, output
+
+    monkeypatch.setattr(TrainStep, "forward_terms", poisoned)
+    overrides = [o for o in SMALL if not o.startswith("run.checkpoint_every_steps")] + ["run.log_every=3"]
+    with pytest.raises(RunError, match=r"loss term 'loss' is nan at step 5 \(epoch 2\)"):
+        dmlplug.run(tiny_recipe, overrides=overrides, out=tmp_path / "r", quiet=True)
+    assert steps == [1, 2, 3, 4, 5, 6]  # detected at the logging step 6, not at once
+    state = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 4 and state["epoch_complete"]
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
 def test_out_of_memory_in_evaluation_names_the_settings_to_lower(tiny_recipe, tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
-"""Helpers shared by end-to-end tests: repository root, a seconds-long recipe, a CLI runner."""
+"""Helpers shared by end-to-end tests: repository root, a seconds-long recipe, a CLI runner, a learning check."""
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -92,3 +94,54 @@ def sigkill_when(child, marker, *, what="no mid-epoch checkpoint appeared", time
         if child.poll() is None:
             child.kill()
         child.stderr.close()
+
+
+# The learning protocol of the method recipes' end-to-end tests (tests/engine/test_recipes.py, the DiVA and S2SD
+# ones): 50 training characters (~9 steps of 64 a epoch, 5 epochs), 50 test characters x 12 = 600 queries, so
+# that the binomial noise of recall@1 (<= 0.020 per evaluation) is small beside what training gains. One fixed
+# seed; the untrained model is evaluated first (evaluation.initial) and once more after the last epoch.
+LEARNING_PROTOCOL = ["run.seed=0", "run.epochs=5", "data.dataset.num_classes=100", "data.dataset.images_per_class=12",
+                     "evaluation.initial=true", "evaluation.every=5"]
+
+
+def untrained_and_trained(run_dir, metric="recall@1"):
+    """A run's own untrained and final ``metric`` and the number of test queries both were measured on.
+
+    Reads ``results.json`` (``initial_metrics``: the evaluation before the first step, which needs
+    ``evaluation.initial = true``; ``metrics``: the last evaluation) and ``data.json`` (the test split's
+    ``queries``, or its ``images`` where every test image is a query), as docs/run-directory.md describes them.
+    """
+    results = json.loads((Path(run_dir) / "results.json").read_text())
+    test = json.loads((Path(run_dir) / "data.json").read_text())["splits"]["test"]
+    return results["initial_metrics"][metric], results["metrics"][metric], test.get("queries", test["images"])
+
+
+def recall_standard_error(queries):
+    """The largest binomial standard error of a recall@k measured on ``queries`` queries: sqrt(p(1-p)/n) at p = 0.5."""
+    return 0.5 / math.sqrt(queries)
+
+
+def assert_learns(run_dir, standard_errors, metric="recall@1"):
+    """Assert that training raised ``metric`` above the run's own untrained evaluation by a margin beyond noise.
+
+    The margin is ``standard_errors`` standard errors of the difference of two recalls measured on the same
+    number of queries (sqrt(2) x :func:`recall_standard_error`, its largest value), so it scales with the test
+    split. A broken method (loss weight 0, learning rate 0) ends with the untrained weights and only new
+    batch-norm statistics; benchmarks/recipe_learning.py checks that such a run misses the margin.
+
+    Returns:
+        ``(untrained, trained, margin)``.
+    """
+    before, after, queries = untrained_and_trained(run_dir, metric)
+    margin = standard_errors * math.sqrt(2) * recall_standard_error(queries)
+    print(f"{metric}: untrained {before:.4f} -> trained {after:.4f} on {queries} queries (margin {margin:.4f})")
+    assert after > before + margin, f"{metric} {before:.4f} -> {after:.4f}: not above untrained + {margin:.4f}"
+    return before, after, margin
+
+
+#: The bundle tests' seconds-long run of TINY_RECIPE: 4 steps, one evaluation (best.pt holds the final weights),
+#: no validation split, so calibration runs on the test split. Here rather than in tests/bundle/conftest.py:
+#: test modules import it, and ``from conftest import`` resolves to whichever conftest was imported first.
+BUNDLE_RUN_SETS = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8",
+                   "data.sampler.m=2", "data.sampler.batches_per_epoch=4", "head.embedding_size=8", "run.epochs=1",
+                   "evaluation.initial=false"]

@@ -1,0 +1,91 @@
+"""``calibrate_run``: embed a trained run's calibration split and calibrate its acceptance thresholds.
+
+The split is the validation split when the run's dataset has one, else the test split (flagged in the result:
+thresholds picked on the test data make the test metrics optimistic). The embedding is the one the run's
+evaluation uses: the loaded model (:func:`dmlplug.load_run`), the test transform, and the engine's embedding
+helper (:func:`dmlplug.engine.distributed.embed_dataset`), in full precision. The maths is
+:func:`dmlplug.evaluation.calibration.calibrate`; see docs/calibration.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dmlplug.errors import DataError
+from dmlplug.evaluation.calibration import OPIS_DEFAULTS, Calibration, calibrate
+
+SPLITS = ("val", "test")
+
+
+def calibrate_run(run_dir: str | Path, *, checkpoint: str = "best", split: str | None = None,
+                  far_targets: Sequence[float] = (1e-3, 1e-2), device: str = "cpu",
+                  batch_size: int | None = None) -> Calibration:
+    """Calibrate the thresholds of a trained run on its validation split (else its test split).
+
+    Args:
+        run_dir: A run directory (or a checkpoint file) as :func:`dmlplug.load_run` takes.
+        checkpoint: ``"best"`` or ``"last"``.
+        split: ``"val"`` or ``"test"``; ``None`` picks ``"val"`` when the dataset has one, else ``"test"``.
+        far_targets: Target false-accept rates, each in (0, 1).
+        device: Where the model embeds the images.
+        batch_size: Images per batch; the recipe's ``data.eval_batch_size`` by default.
+
+    Returns:
+        The :class:`~dmlplug.evaluation.calibration.Calibration` (``split`` and ``test_split`` recorded).
+
+    Raises:
+        DataError: No loadable run at ``run_dir``, an unknown split, a ``"val"`` request for a dataset without
+            a validation split, or a split without positive or negative pairs.
+    """
+    from dmlplug.engine.data import TransformedSource
+    from dmlplug.engine.distributed import embed_dataset
+    from dmlplug.engine.loading import load_run
+
+    loaded = load_run(run_dir, checkpoint=checkpoint, device=device)
+    dataset, recipe = loaded.dataset, loaded.recipe
+    if split is None:
+        split = "val" if dataset.val is not None else "test"
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}", where="calibrate split", fix="use 'val' or 'test'")
+    if getattr(dataset, split) is None:
+        raise DataError(f"the run's dataset has no {split!r} split", where=f"{run_dir}",
+                        fix="calibrate on split='test', or train with a validation split "
+                            "(the dataset's val_fraction or val_classes)")
+    embeddings, labels = embed_dataset(
+        loaded.model, TransformedSource(getattr(dataset, split), loaded.test_transform),
+        batch_size=batch_size or recipe.data.eval_batch_size, workers=recipe.data.workers, device=device)
+    return calibrate(_numpy(embeddings), _numpy(labels), far_targets=far_targets, split=split,
+                     test_split=split == "test", memory_budget_mb=recipe.evaluation.memory_budget_mb or 256.0,
+                     opis_options=opis_options(recipe.evaluators), seed=recipe.run.seed)
+
+
+def opis_options(evaluators: list[dict[str, Any]]) -> dict[str, Any]:
+    """OPIS settings of the run's own ``opis`` (or ``eps_opis``) evaluator table, else the defaults.
+
+    The keys follow the evaluator's parameters (``pairs``, ``max_all_pairs``, ``far_range``, ``grid_size``,
+    ``utility`` …), so the calibration's OPIS is the one the run reports.
+    """
+    table = next((e for e in evaluators if e.get("name") == "opis"), None) or next(
+        (e for e in evaluators if e.get("name") == "eps_opis"), None) or {}
+    pairs = dict(OPIS_DEFAULTS["pairs"])
+    pairs.update({k: table[k] for k in ("max_all_pairs", "negative_ratio", "max_positives_per_class") if k in table})
+    if "pairs" in table:
+        pairs["mode"] = table["pairs"]
+    options = {"pairs": pairs}
+    for key, name in (("grid_size", "grid_size"), ("far_range", "far_range"), ("distance_range", "distance_range"),
+                      ("kind", "utility"), ("epsilon", "epsilon"), ("pooling", "pooling")):
+        if name in table:
+            options[key] = tuple(table[name]) if isinstance(table[name], list) else table[name]
+    return options
+
+
+def _numpy(values: Any) -> np.ndarray:
+    """A CPU numpy array from a numpy array or a (possibly CUDA) tensor."""
+    if hasattr(values, "detach"):
+        values = values.detach().float().cpu() if values.is_floating_point() else values.detach().cpu()
+        return values.numpy()
+    return np.asarray(values)

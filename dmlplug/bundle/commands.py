@@ -1,0 +1,202 @@
+"""The bundle commands of the ``dmlplug`` command line: export, calibrate, embed, index, search.
+
+:func:`register` adds them to the app; the core's ``register_commands`` (dmlplug/commands.py) calls it. Only
+typer is imported here: torch comes with the command that runs, so ``dmlplug --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Checkpoint = Annotated[str, typer.Option("--checkpoint", help="Which checkpoint of the run: best or last.")]
+Device = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Images per forward pass.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Fail on an unreadable image instead of skipping it.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_export(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (or a checkpoint file).", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The bundle folder to create (new or empty).",
+                                      show_default=False)],
+    checkpoint: Checkpoint = "best",
+    format: Annotated[str, typer.Option("--format", help="onnx (model.onnx) or torchscript (model.pt).")] = "onnx",
+    images: Annotated[int, typer.Option("--images", min=0, help="Test images the export is verified on.")] = 256,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Largest max |Δ embedding| accepted between "
+                                             "PyTorch and the exported model.")] = 1e-4,
+    device: Device = "cpu",
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Calibrate the thresholds "
+                                            "(bundle.json `thresholds`).")] = True,
+) -> None:
+    """Export a trained run as a bundle: model.onnx or model.pt, and bundle.json (preprocessing, thresholds).
+
+    The exported model is compared with PyTorch on test images; the export fails, writing nothing, when the
+    embeddings differ by more than --tolerance.
+    """
+    from dmlplug.bundle.export import export_run
+
+    manifest = export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images,
+                          tolerance=tolerance, device=device, calibrate=calibrate, log=_say)
+    check = manifest["verification"]
+    lines = [f"bundle written to {out} ({manifest['model']['file']}, {manifest['embedding_size']}-d embeddings)"]
+    if check.get("images"):
+        lines.append(f"verified on {check['images']} test images: max |Δ embedding| {check['max_abs_diff']:.3g} "
+                     f"(tolerance {check['tolerance']:g}); recall@1 PyTorch {check['recall@1_pytorch']}, "
+                     f"exported {check['recall@1_exported']}")
+    values = manifest["thresholds"].get("values") if manifest["thresholds"] else None
+    if values:
+        shown = ", ".join(f"{name} {value:.6f}" for name, value in values.items())
+        lines.append(f"thresholds: {shown}; search accepts at {manifest['thresholds']['default']}")
+    typer.echo("\n".join(lines))
+
+
+def cmd_calibrate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.", show_default=False)],
+    checkpoint: Checkpoint = "best",
+    split: Annotated[str | None, typer.Option("--split", help="val or test (default: val when the run has a "
+                                                               "validation split, else test).")] = None,
+    device: Device = "cpu",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration as JSON.")] = False,
+) -> None:
+    """Calibrate acceptance thresholds: similarity at target false-accept rates and max F1, with TAR spread."""
+    from dmlplug.bundle.calibrate import calibrate_run
+
+    calibration = calibrate_run(run_dir, checkpoint=checkpoint, split=split, device=device)
+    typer.echo(json.dumps(calibration.to_dict(), indent=2) if as_json else calibration.format_table())
+
+
+@contextmanager
+def _progress(total: int, what: str, quiet: bool) -> Iterator[object]:
+    """A progress bar on stderr (stdout stays clean for --json); a no-op callback when quiet."""
+    if quiet or total == 0:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.update(task, advance=n)
+
+
+def _embed_folder(embedder: object, images_dir: Path, *, batch_size: int, strict: bool,
+                  quiet: bool) -> tuple[object, list[str]]:
+    """``(embeddings, paths)`` of every readable image under ``images_dir``; reports the others on stderr."""
+    from dmlplug.bundle.images import describe_failures, list_images
+
+    paths = list_images(images_dir)
+    with _progress(len(paths), "embedding", quiet) as advance:
+        embeddings, kept, failures = embedder.embed_files(paths, batch_size=batch_size, strict=strict,
+                                                          progress=advance)
+    for line in describe_failures(failures):
+        _say(line)
+    return embeddings, kept
+
+
+def cmd_embed(
+    target: Annotated[Path, typer.Argument(help="A bundle folder, or a run directory.", show_default=False,
+                                           metavar="BUNDLE_DIR|RUN_DIR")],
+    images_dir: Annotated[Path, typer.Argument(help="Folder of images (searched recursively).",
+                                               show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The .npz file to write.", show_default=False)],
+    batch_size: BatchSize = 64, device: Device = "cpu", checkpoint: Checkpoint = "best", strict: Strict = False,
+    quiet: Quiet = False,
+) -> None:
+    """Embed every image under a folder (sorted paths) into an .npz with arrays `embeddings` and `paths`."""
+    import numpy as np
+
+    from dmlplug.bundle.bundle import open_embedder
+    from dmlplug.files import atomic_write
+
+    embedder = open_embedder(target, device=device, checkpoint=checkpoint)
+    embeddings, paths = _embed_folder(embedder, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
+    atomic_write(out, lambda f: np.savez(f, embeddings=embeddings, paths=np.asarray(paths, dtype=str)))
+    typer.echo(f"{len(paths)} embeddings ({embeddings.shape[1]}-d) written to {out}")
+
+
+def cmd_index(
+    bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
+    images_dir: Annotated[Path, typer.Argument(help="Gallery folder (searched recursively).", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The index folder to create (new or empty).",
+                                      show_default=False)],
+    approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: an approximate faiss "
+                                                    "index; its recall@k against exact search is reported.")]
+    = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="k of the reported recall@k.")] = 10,
+    batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
+) -> None:
+    """Index a gallery folder: exact inner-product search (faiss, or a torch file), or --approximate."""
+    from dmlplug.bundle.atomic import atomic_folder
+    from dmlplug.bundle.bundle import load_bundle
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index import APPROXIMATE, build_index, save_index
+
+    if approximate is not None and approximate not in APPROXIMATE:
+        raise BundleError(f"unknown approximate index {approximate!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
+    bundle = load_bundle(bundle_dir, device=device)
+    embeddings, paths = _embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
+    index = build_index(embeddings, paths, approximate=approximate, k=k)
+    with atomic_folder(out, "index") as folder:
+        save_index(index, folder, {"checkpoint_sha256": bundle.manifest["source"]["checkpoint_sha256"]})
+    recall = "".join(f"; {key} against exact search: {value:.4f}" for key, value in index.info.items()
+                     if key.startswith("recall@"))
+    typer.echo(f"{index.kind} index of {len(paths)} images written to {out}{recall}")
+
+
+def cmd_search(
+    bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
+    index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
+    queries: Annotated[list[Path], typer.Argument(help="Query images.", show_default=False,
+                                                  metavar="QUERY_IMAGE...")],
+    k: Annotated[int, typer.Option("--k", min=1, help="Matches per query.")] = 10,
+    threshold: Annotated[float | None, typer.Option("--threshold", help="Accept at this cosine similarity "
+                                                    "instead of the bundle's calibrated threshold.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the matches as JSON.")] = False,
+    device: Device = "cpu",
+) -> None:
+    """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
+    from dmlplug.bundle.bundle import load_bundle
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index import load_index
+
+    bundle = load_bundle(bundle_dir, device=device)
+    index = load_index(index_dir)
+    # Bundles of one checkpoint embed alike whatever their format; another checkpoint's vectors are not comparable.
+    built_by = index.info.get("checkpoint_sha256")
+    if built_by is not None and built_by != bundle.manifest["source"]["checkpoint_sha256"]:
+        raise BundleError(f"the index {index_dir} was built from another checkpoint than the bundle {bundle_dir}",
+                          fix=f"build the index with this bundle: dmlplug index {bundle_dir} IMAGES --out INDEX")
+    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold)
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+        return
+    limit = threshold if threshold is not None else bundle.threshold
+    note = "no calibrated threshold" if limit is None else f"accept at similarity >= {limit:.6f}"
+    lines = [f"({note})"]
+    for result in results:
+        lines.append(f"query {result['query']}:")
+        for rank, match in enumerate(result["matches"], 1):
+            verdict = {True: "accept", False: "reject", None: "-"}[match["accepted"]]
+            lines.append(f"  {rank:>3}  {match['similarity']:.4f}  {verdict:<6}  {match['path']}")
+    typer.echo("\n".join(lines))
+
+
+def register(app: typer.Typer) -> None:
+    """Add export, calibrate, embed, index and search to ``app``."""
+    app.command("export")(cmd_export)
+    app.command("calibrate")(cmd_calibrate)
+    app.command("embed")(cmd_embed)
+    app.command("index")(cmd_index)
+    app.command("search")(cmd_search)

@@ -1,0 +1,145 @@
+"""``dmlplug export``: a trained run as a deployable bundle folder (model file + bundle.json), verified.
+
+The bundle holds the embedding network (backbone, head, L2 normalisation) as ``model.onnx`` or ``model.pt``
+and ``bundle.json``: where it came from (run, checkpoint, sha256), the test-time preprocessing, the
+embedding size, the similarity and the calibrated thresholds. Before the folder appears, the exported model
+is run on test images and compared with PyTorch; the folder is written atomically (docs/bundle.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dmlplug.bundle.atomic import atomic_folder, check_destination
+from dmlplug.bundle.bundle import FORMAT, FORMAT_VERSION, MANIFEST, MODEL_FILES
+from dmlplug.bundle.errors import BundleError, require_onnx
+from dmlplug.bundle.verify import DEFAULT_IMAGES, DEFAULT_TOLERANCE, pick_images, verify_export
+from dmlplug.files import write_json
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
+               images: int = DEFAULT_IMAGES, tolerance: float = DEFAULT_TOLERANCE, device: str = "cpu",
+               calibrate: bool = True, log: Any = None) -> dict[str, Any]:
+    """Export a run; see :func:`dmlplug.export`. Returns the written ``bundle.json`` as a dict."""
+    if format not in MODEL_FILES:
+        raise BundleError(f"unknown export format {format!r}", fix=f"use one of {', '.join(MODEL_FILES)}")
+    if format == "onnx":
+        require_onnx()  # before minutes of loading, say what to install
+    if not tolerance >= 0:  # also rejects NaN
+        raise BundleError(f"tolerance must be ≥ 0, got {tolerance}", fix="give e.g. --tolerance 1e-4")
+    check_destination(Path(out), "bundle")  # before minutes of loading and calibrating, not after
+    import torch
+
+    from dmlplug import __version__
+    from dmlplug.bundle.preprocess import describe_transform
+    from dmlplug.bundle.runtime import EmbeddingNet, TorchRunner
+    from dmlplug.engine.loading import load_run
+
+    say = log or (lambda message: print(message, file=sys.stderr))
+    loaded = load_run(run_dir, checkpoint=checkpoint, device=device)
+    preprocessing = describe_transform(loaded.test_transform)
+    net = EmbeddingNet(loaded.model).eval()
+    test = loaded.dataset.test
+    picked = pick_images(test.labels, images)
+    batch = (torch.stack([loaded.test_transform(test.load_image(int(i))) for i in picked]) if len(picked)
+             else torch.zeros(0, *preprocessing["input_size"]))
+    example = batch[:2] if len(batch) >= 2 else torch.zeros(2, *preprocessing["input_size"])
+    reference = TorchRunner(net, device)
+    embedding_size = int(reference(example[:1]).shape[1])
+    thresholds, calibration = _calibrate(loaded, checkpoint, device, say) if calibrate else ({}, None)
+    with atomic_folder(out, "bundle") as folder, _full_precision():
+        model_file = folder / MODEL_FILES[format]
+        example = example.to(device)
+        exported = _write_model(net, example, model_file, format, device)
+        say(f"verifying the {format} model on {len(batch)} test images")
+        verification = (verify_export(reference, exported, batch, test.labels[picked], tolerance, label=format)
+                        if len(batch) else {"images": 0, "tolerance": tolerance})
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "dmlplug_version": __version__,
+            "source": {"run_dir": str(loaded.run_dir.resolve()) if loaded.run_dir else None,
+                       "checkpoint": str(loaded.checkpoint.resolve()), "checkpoint_sha256": sha256(loaded.checkpoint),
+                       "recipe_name": loaded.recipe.run.name},
+            "model": {"format": format, "file": model_file.name, "sha256": sha256(model_file),
+                      "input": "images", "output": "embedding", "dtype": "float32",
+                      "input_shape": ["batch", *preprocessing["input_size"]]},
+            "input_size": preprocessing["input_size"],
+            "preprocessing": preprocessing,
+            "embedding_size": embedding_size,
+            "normalized": True,
+            "similarity": "cosine",
+            "thresholds": thresholds,
+            "calibration": calibration,
+            "verification": verification,
+        }
+        write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+@contextmanager
+def _full_precision() -> Iterator[None]:
+    """Switch TF32 off while exporting and verifying, so PyTorch on a GPU computes the float32 the file holds.
+
+    With TF32 (cuDNN's default for convolutions) a GPU's PyTorch embeddings differ from float32 ones by about
+    1e-3, which would fail the verification although the exported graph is right.
+    """
+    import torch
+
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _write_model(net: Any, example: Any, path: Path, format: str, device: str) -> Any:
+    """Write the model file and return a runner that executes the written file."""
+    from dmlplug.bundle.runtime import OnnxRunner, load_torchscript, write_onnx, write_torchscript
+
+    if format == "onnx":
+        write_onnx(net, example, path)
+        return OnnxRunner(path, device)
+    write_torchscript(net, example, path)
+    return load_torchscript(path, device)
+
+
+def _calibrate(loaded: Any, checkpoint: str, device: str, say: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(thresholds, calibration)`` for bundle.json: named thresholds with a default, and the full record.
+
+    The default threshold is the one of the first (strictest, by default 1e-3) target false-accept rate: a
+    deployed search should rather miss a match than accept a wrong one.
+    """
+    if loaded.run_dir is None:
+        say("no threshold calibration: the checkpoint is outside a run directory")
+        return {}, None
+    from dmlplug.bundle.calibrate import calibrate_run
+
+    say("calibrating the thresholds")
+    calibration = calibrate_run(loaded.run_dir, checkpoint=checkpoint, device=device)
+    say(calibration.format_table())
+    record = calibration.to_dict()
+    return thresholds_of(record), record
+
+
+def thresholds_of(calibration: dict[str, Any]) -> dict[str, Any]:
+    """``{"default": name, "values": {"far@0.001": t, "far@0.01": t, "max_f1": t}}`` of a calibration dict."""
+    values = {f"far@{t['target_far']:g}": float(t["threshold"]) for t in calibration.get("thresholds", [])}
+    if calibration.get("max_f1"):
+        values["max_f1"] = float(calibration["max_f1"]["threshold"])
+    default = next(iter(values), None)
+    return {"default": default, "values": values, "split": calibration.get("split"),
+            "test_split": calibration.get("test_split")}

@@ -1,0 +1,122 @@
+"""The test-time preprocessing of a run, as data in ``bundle.json`` and back as a transform.
+
+A bundle must preprocess a query exactly as evaluation did, and a user of another language must be able to
+reproduce it from ``bundle.json`` alone. :func:`describe_transform` reads the run's test transform (the
+torchvision ``Compose`` that :func:`dmlplug.data.transforms.build_transform` builds) into a plain dict;
+:func:`build_preprocess` builds the same ``Compose`` from that dict, so a bundle and its run directory give
+bit-identical input tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlplug.bundle.errors import BundleError
+
+
+def describe_transform(transform: Any) -> dict[str, Any]:
+    """The steps of a test transform as a JSON-ready dict.
+
+    Both torchvision APIs are read: the classic one (PIL resize, then ``ToTensor``) and ``transforms.v2``
+    (``ToImage`` to a uint8 tensor, tensor resize, ``ToDtype(float32, scale=True)``); the two resize
+    differently by a few grey levels, so the spec records which one the run used.
+
+    Returns:
+        ``{"steps": [...], "input_size": [3, H, W], "resize", "crop", "mean", "std"}`` (``resize`` and ``crop``
+        repeat the sizes of those steps, ``None`` when absent). Steps, applied in order: ``to_image`` (RGB
+        uint8 ``3×H×W`` tensor), ``resize`` (``size``: an int resizes the shorter side, ``[h, w]`` both;
+        ``interpolation``, ``antialias``, ``max_size``), ``center_crop`` (``size``), ``to_float`` (uint8 / 255),
+        ``to_tensor`` (PIL RGB to a 0–1 float tensor), ``normalize`` (``mean``, ``std``), ``to_pure_tensor``
+        (drops torchvision's tensor subclass; no arithmetic).
+
+    Raises:
+        BundleError: The transform holds a step that cannot be described (a run with a custom transform).
+    """
+    steps = [_describe_step(step) for step in getattr(transform, "transforms", [transform])]
+    resize = next((s["size"] for s in steps if s["op"] == "resize"), None)
+    crop = next((s["size"] for s in steps if s["op"] == "center_crop"), None)
+    return {"steps": steps, "input_size": [3, *_output_size(steps)], "resize": resize, "crop": crop,
+            **_normalisation(steps)}
+
+
+def _describe_step(step: Any) -> dict[str, Any]:
+    import torch
+    from torchvision import transforms as T
+    from torchvision.transforms import v2
+
+    if isinstance(step, T.Resize | v2.Resize):
+        size = step.size if isinstance(step.size, int) else [int(s) for s in step.size]
+        if isinstance(size, list) and len(size) == 1:
+            size = size[0]
+        return {"op": "resize", "size": size, "interpolation": getattr(step.interpolation, "value", step.interpolation),
+                "max_size": step.max_size, "antialias": bool(step.antialias)}
+    if isinstance(step, T.CenterCrop | v2.CenterCrop):
+        size = [int(s) for s in step.size] if not isinstance(step.size, int) else [step.size, step.size]
+        return {"op": "center_crop", "size": size * 2 if len(size) == 1 else size}
+    if isinstance(step, T.ToTensor):
+        return {"op": "to_tensor"}
+    if isinstance(step, v2.ToImage):
+        return {"op": "to_image"}
+    if isinstance(step, v2.ToDtype) and step.dtype in (torch.float32, {torch.Tensor: torch.float32}) and step.scale:
+        return {"op": "to_float"}
+    if isinstance(step, v2.ToPureTensor):
+        return {"op": "to_pure_tensor"}
+    if isinstance(step, T.Normalize | v2.Normalize):
+        return {"op": "normalize", "mean": [float(m) for m in step.mean], "std": [float(s) for s in step.std]}
+    raise BundleError(f"the run's test transform has a step that a bundle cannot describe: {step!r}",
+                      fix="export a run whose test transform is resize / center crop / to tensor / normalize "
+                      "(every built-in augmentation is)")
+
+
+def _output_size(steps: list[dict[str, Any]]) -> list[int]:
+    for step in reversed(steps):
+        if step["op"] == "center_crop" or (step["op"] == "resize" and isinstance(step["size"], list)):
+            return list(step["size"])
+    raise BundleError("the run's test transform gives no fixed image size (no crop, no resize to h×w)",
+                      fix="give the run a centre crop or a fixed-size resize in its test transform")
+
+
+def _normalisation(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    for step in steps:
+        if step["op"] == "normalize":
+            return {"mean": step["mean"], "std": step["std"]}
+    return {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+
+
+def build_preprocess(spec: dict[str, Any]) -> Any:
+    """The torchvision transform that ``spec`` (from :func:`describe_transform`) describes.
+
+    A spec with a ``to_image`` step is rebuilt with ``transforms.v2``, one without with the classic API, as
+    the run's own transform was, so the tensors are identical.
+
+    Raises:
+        BundleError: An unknown step (a bundle written by a newer dmlplug).
+    """
+    import torch
+    from torchvision import transforms as T
+    from torchvision.transforms import v2
+
+    api = v2 if any(step.get("op") == "to_image" for step in spec["steps"]) else T
+    built = []
+    for step in spec["steps"]:
+        op = step.get("op")
+        if op == "resize":
+            size = step["size"] if isinstance(step["size"], int) else list(step["size"])
+            built.append(api.Resize(size, interpolation=T.InterpolationMode(step["interpolation"]),
+                                    max_size=step.get("max_size"), antialias=step.get("antialias", True)))
+        elif op == "center_crop":
+            built.append(api.CenterCrop(list(step["size"])))
+        elif op == "to_tensor":
+            built.append(T.ToTensor())
+        elif op == "to_image":
+            built.append(v2.ToImage())
+        elif op == "to_float":
+            built.append(v2.ToDtype(torch.float32, scale=True))
+        elif op == "to_pure_tensor":
+            built.append(v2.ToPureTensor())
+        elif op == "normalize":
+            built.append(api.Normalize(step["mean"], step["std"]))
+        else:
+            raise BundleError(f"unknown preprocessing step {op!r} in bundle.json",
+                              fix="use the dmlplug version that wrote the bundle, or export it again")
+    return api.Compose(built)

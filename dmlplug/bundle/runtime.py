@@ -1,0 +1,100 @@
+"""The embedding network of a run and the runners that execute it: PyTorch, ONNX Runtime, TorchScript.
+
+Every runner maps a ``B×3×H×W`` float32 tensor (already preprocessed) to a ``B×D`` float32 numpy array of
+L2-normalised embeddings, so a bundle's model and its run's model are interchangeable and comparable.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+#: Names of the exported graph's input and output (also written to bundle.json).
+INPUT_NAME, OUTPUT_NAME = "images", "embedding"
+
+
+class EmbeddingNet(nn.Module):
+    """Backbone, head and L2 normalisation: the embedding evaluation ranks by, as one tensor -> tensor module.
+
+    The head's evaluation embedding (``ModelOutput.embedding``: a multi-head model's weighted concatenation
+    included) is normalised again, which leaves an already normalised head unchanged (up to rounding) and
+    makes cosine similarity an inner product for any head.
+
+    Args:
+        model: The run's :class:`~dmlplug.engine.model.EmbeddingModel`.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``B×D`` unit-length embeddings of a preprocessed batch."""
+        return nn.functional.normalize(self.model(images).embedding.float(), dim=1)
+
+
+class TorchRunner:
+    """Runs an :class:`EmbeddingNet` (or a loaded TorchScript module) with PyTorch."""
+
+    def __init__(self, module: nn.Module, device: str = "cpu"):
+        self.module = module.to(device).eval()
+        self.device = device
+
+    @torch.no_grad()
+    def __call__(self, batch: torch.Tensor) -> np.ndarray:
+        """Embed one preprocessed batch."""
+        return self.module(batch.to(self.device)).float().cpu().numpy()
+
+
+class OnnxRunner:
+    """Runs ``model.onnx`` with ONNX Runtime (CUDA provider when ``device`` is a GPU and it is available)."""
+
+    def __init__(self, path: str | Path, device: str = "cpu"):
+        import onnxruntime as ort
+
+        providers = ["CPUExecutionProvider"]
+        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = ort.InferenceSession(str(path), providers=providers)
+
+    def __call__(self, batch: torch.Tensor) -> np.ndarray:
+        """Embed one preprocessed batch."""
+        array = np.ascontiguousarray(batch.detach().cpu().numpy(), dtype=np.float32)
+        return self.session.run([OUTPUT_NAME], {INPUT_NAME: array})[0]
+
+
+def load_torchscript(path: str | Path, device: str = "cpu") -> TorchRunner:
+    """A runner for ``model.pt``."""
+    with warnings.catch_warnings():
+        # torch.jit is deprecated in favour of torch.export, but it is the one format loadable without dmlplug.
+        warnings.simplefilter("ignore", FutureWarning)
+        return TorchRunner(torch.jit.load(str(path), map_location=device), device)
+
+
+def write_onnx(net: EmbeddingNet, example: torch.Tensor, path: Path, opset: int = 17) -> None:
+    """Export ``net`` to ONNX with a dynamic batch axis.
+
+    The TorchScript-based exporter (``dynamo=False``) is used: torch's default dynamo exporter needs the
+    ``onnxscript`` package, while this one needs nothing beyond torch and handles every timm backbone.
+    """
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.onnx.export(net.eval(), (example,), str(path), dynamo=False, input_names=[INPUT_NAME],
+                          output_names=[OUTPUT_NAME], opset_version=opset,
+                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+    import onnx
+
+    onnx.checker.check_model(str(path))
+
+
+def write_torchscript(net: EmbeddingNet, example: torch.Tensor, path: Path) -> None:
+    """Trace ``net`` to TorchScript (tracing, not scripting: timm backbones are not all scriptable)."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", FutureWarning)
+        traced = torch.jit.trace(net.eval(), example)
+        torch.jit.save(traced, str(path))

@@ -1,0 +1,144 @@
+"""docs/deploy.md is executed: train, calibrate, export, embed, index, search, then the same in Python; each
+step's output is what the tutorial says it is."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from deploy_doc import read_steps
+
+pytestmark = pytest.mark.slow
+
+
+def _manifest(bundle_dir):
+    return json.loads((bundle_dir / "bundle.json").read_text())
+
+
+def _printed_thresholds(text):
+    """``{"far@0.001": "0.985418", ...}`` from export's ``thresholds: far@0.001 X, ...; search accepts ...`` line."""
+    line = next(line for line in text.splitlines() if line.startswith("thresholds: "))
+    return dict(re.findall(r"([\w@.]+) (-?\d+\.\d{6})", line.split(";")[0]))
+
+
+def test_the_tutorial_has_the_steps_this_test_checks():
+    kinds = [s.args[0] if s.lang == "bash" else "python" for s in read_steps()]
+    assert kinds == ["run", "calibrate", "export", "python", "embed", "index", "search", "python"]
+
+
+def test_training_wrote_a_completed_quickstart_run_with_a_validation_split(tutorial, trained_run):
+    run_dir, _ = trained_run
+    args = tutorial.step("dmlplug run ").args
+    assert args[1].startswith("recipes/quickstart.toml")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and (run_dir / "checkpoints" / "best.pt").is_file()
+    data = json.loads((run_dir / "data.json").read_text())
+    assert data["splits"]["val"]["classes"] > 0  # so calibration runs on unseen, non-test classes
+
+
+def test_calibrate_prints_the_thresholds_export_stores(tutorial, trained_run):
+    _, bundle_dir = trained_run
+    out = tutorial.step("dmlplug calibrate ").out
+    calibration = _manifest(bundle_dir)["calibration"]
+    assert calibration["split"] == "val" and calibration["test_split"] is False
+    assert out.startswith(f"Threshold calibration on split 'val': {calibration['items']} items, "
+                          f"{calibration['classes']} classes")
+    for row in calibration["thresholds"]:
+        assert re.search(rf"FAR <= {row['target_far']:g} +{row['threshold']:.6f} +{row['tar']:.4f}", out), out
+    assert re.search(rf"max F1 +{calibration['max_f1']['threshold']:.6f}", out)
+    assert f"OPIS {calibration['opis']:.5f}" in out
+
+
+def test_export_prints_its_verification_and_the_thresholds_search_uses(tutorial, trained_run):
+    _, bundle_dir = trained_run
+    out = tutorial.step("dmlplug export ").out
+    manifest = _manifest(bundle_dir)
+    assert (bundle_dir / "model.onnx").is_file() and manifest["model"]["file"] == "model.onnx"
+    assert f"bundle written to bundles/quickstart-small (model.onnx, {manifest['embedding_size']}-d embeddings)" in out
+    check = manifest["verification"]
+    assert (f"verified on {check['images']} test images: max |Δ embedding| {check['max_abs_diff']:.3g} "
+            f"(tolerance {check['tolerance']:g}); recall@1 PyTorch {check['recall@1_pytorch']}, "
+            f"exported {check['recall@1_exported']}") in out
+    values = manifest["thresholds"]["values"]
+    assert _printed_thresholds(out) == {name: f"{value:.6f}" for name, value in values.items()}
+    assert "search accepts at far@0.001" in out and manifest["thresholds"]["default"] == "far@0.001"
+
+
+def test_the_image_step_splits_the_test_split_into_queries_and_gallery(tutorial):
+    namespace = tutorial.step("run.dataset.val.load_image").namespace
+    labels = namespace["test"].labels
+    folder = tutorial.folder
+    classes = sorted(set(labels.tolist()))
+    assert sorted(p.name for p in (folder / "queries").iterdir()) == [f"{c:02d}.png" for c in classes] + [
+        "unknown.png"]
+    for c in classes:
+        assert len(list((folder / "gallery" / f"{c:02d}").glob("*.png"))) == int((labels == c).sum()) - 1
+
+
+def test_embed_writes_every_gallery_image_as_a_unit_vector(tutorial, trained_run):
+    _, bundle_dir = trained_run
+    step = tutorial.step("dmlplug embed ")
+    gallery = sorted(str(p.relative_to(tutorial.folder)) for p in (tutorial.folder / "gallery").rglob("*.png"))
+    with np.load(tutorial.folder / "gallery.npz") as data:
+        embeddings, paths = data["embeddings"], [str(p) for p in data["paths"]]
+    size = _manifest(bundle_dir)["embedding_size"]
+    assert paths == gallery and embeddings.shape == (len(gallery), size) and embeddings.dtype == np.float32
+    assert np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    assert f"{len(gallery)} embeddings ({size}-d) written to gallery.npz" in step.out
+
+
+def test_index_holds_the_gallery_of_this_checkpoint(tutorial, trained_run):
+    _, bundle_dir = trained_run
+    tutorial.step("dmlplug index ")
+    meta = json.loads((tutorial.folder / "gallery_index" / "index.json").read_text())
+    with np.load(tutorial.folder / "gallery.npz") as data:
+        size = len(data["paths"])
+    manifest = _manifest(bundle_dir)
+    assert meta["kind"] == "exact" and meta["size"] == size and meta["dim"] == manifest["embedding_size"]
+    assert meta["checkpoint_sha256"] == manifest["source"]["checkpoint_sha256"]
+
+
+def test_search_json_ranks_the_gallery_and_accepts_at_the_printed_threshold(tutorial, trained_run):
+    import dmlplug
+
+    _, bundle_dir = trained_run
+    step = tutorial.step("dmlplug search ")
+    args = step.args
+    queries = [a for a in args[3:] if a.endswith(".png")]
+    k = int(args[args.index("--k") + 1])
+    results = json.loads(step.out)
+    threshold = _manifest(bundle_dir)["thresholds"]["values"]["far@0.001"]
+    printed = float(_printed_thresholds(tutorial.step("dmlplug export ").out)["far@0.001"])
+    assert abs(printed - threshold) <= 5e-7  # the threshold export printed is the one search accepts at
+    with np.load(tutorial.folder / "gallery.npz") as data:
+        gallery, paths = data["embeddings"], [str(p) for p in data["paths"]]
+    query_vectors = dmlplug.load_bundle(bundle_dir).embed([str(tutorial.folder / q) for q in queries])
+    assert [r["query"] for r in results] == queries
+    for result, vector in zip(results, query_vectors, strict=True):
+        assert set(result) == {"query", "matches"} and len(result["matches"]) == k
+        assert all(set(m) == {"path", "similarity", "accepted"} for m in result["matches"])
+        sims = [m["similarity"] for m in result["matches"]]
+        expected = np.sort(gallery @ vector)[::-1][:k]  # the k largest cosine similarities of the gallery
+        assert sims == pytest.approx(expected.tolist(), abs=1e-5) and sims == sorted(sims, reverse=True)
+        assert all(gallery[paths.index(m["path"])] @ vector == pytest.approx(m["similarity"], abs=1e-5)
+                   for m in result["matches"])
+        assert [m["accepted"] for m in result["matches"]] == [s >= threshold for s in sims]
+
+
+def test_python_api_gives_what_the_command_line_printed(tutorial, trained_run):
+    _, bundle_dir = trained_run
+    cli_results = json.loads(tutorial.step("dmlplug search ").out)
+    namespace = tutorial.run_all()[-1].namespace
+    bundle = namespace["bundle"]
+    assert namespace["results"] == cli_results
+    assert namespace["vectors"].shape == (2, bundle.embedding_size)
+    assert bundle.threshold == _manifest(bundle_dir)["thresholds"]["values"]["far@0.001"]
+    max_f1 = _manifest(bundle_dir)["thresholds"]["values"]["max_f1"]
+    loose = namespace["loose"][0]["matches"]
+    assert [m["accepted"] for m in loose] == [m["similarity"] >= max_f1 for m in loose]
+    same = namespace["same"][0]["matches"]
+    assert [m["path"] for m in same] == [m["path"] for m in cli_results[0]["matches"]]
+    assert [m["similarity"] for m in same] == pytest.approx([m["similarity"] for m in cli_results[0]["matches"]],
+                                                             abs=1e-6)

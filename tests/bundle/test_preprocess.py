@@ -1,0 +1,60 @@
+"""bundle.json's preprocessing rebuilds the run's test transform exactly; helpers with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.preprocess import build_preprocess, describe_transform
+from dmlplug.bundle.verify import pick_images
+from dmlplug.data.transforms import build_transform
+
+
+def _classic(resize, crop):
+    """The same test transforms in torchvision's classic API (PIL resize, then ToTensor)."""
+    from torchvision import transforms as T
+
+    from dmlplug.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+    steps = [T.Resize(resize if isinstance(resize, int) else tuple(resize))] + ([T.CenterCrop(crop)] if crop else [])
+    return T.Compose([*steps, T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+CASES = [("dml", 73, [64, 64]), ("light", [64, 64], None)]
+
+
+@pytest.mark.parametrize("api", ["dmlplug", "classic"])
+@pytest.mark.parametrize(("augment", "resize", "crop"), CASES)
+def test_described_transform_rebuilds_the_same_tensors(api, augment, resize, crop):
+    transform = (build_transform("test", augment=augment, image_size=64) if api == "dmlplug"
+                 else _classic(resize, crop))
+    spec = describe_transform(transform)
+    assert spec["resize"] == resize and spec["crop"] == crop and spec["input_size"] == [3, 64, 64]
+    ops = [s["op"] for s in spec["steps"]]
+    assert ops.index("resize") < ops.index("normalize") and ops[-1] in ("normalize", "to_pure_tensor")
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (90, 120, 3), dtype=np.uint8))
+    rebuilt = build_preprocess(json.loads(json.dumps(spec)))(image)  # through JSON, as bundle.json stores it
+    assert type(rebuilt) is torch.Tensor and torch.equal(rebuilt, transform(image))
+
+
+def test_an_indescribable_transform_is_refused():
+    from torchvision import transforms as T
+
+    with pytest.raises(BundleError, match="cannot describe"):
+        describe_transform(T.Compose([T.Grayscale(), T.ToTensor()]))
+
+
+def test_pick_images_takes_whole_classes_up_to_the_count():
+    labels = np.array([0, 1, 0, 2, 1, 2, 2, 3])
+    picked = pick_images(labels, 5)
+    assert len(picked) == 5 and list(picked) == sorted(picked)
+    counts = np.bincount(labels[picked], minlength=4)
+    full = np.bincount(labels, minlength=4)
+    # All but at most one class (the last one taken) are complete.
+    assert sum(0 < c < f for c, f in zip(counts, full, strict=True)) <= 1
+    assert len(pick_images(labels, 100)) == len(labels)
