@@ -1,6 +1,6 @@
 """Few-shot evaluation time relative to one zero-shot evaluation of the same model.
 
-The ooDML few-shot protocol (METHODS §6) adapts the embedding head for 1000 (2-shot) or 1500 (5-shot)
+The ooDML few-shot protocol (docs/fewshot.md) adapts the embedding head for 1000 (2-shot) or 1500 (5-shot)
 iterations in each of 10 episodes: 25,000 optimiser steps. dmlplug computes the backbone features of the
 test images once and trains only the head on them, so the whole protocol should cost little more than
 one zero-shot evaluation (embed the test set, compute recall@1 and map@1000). Target: ≤ 1.5×.

@@ -1,7 +1,7 @@
 """Clustering metrics: k-means with K = number of classes, then NMI, AMI and pair-counting F1.
 
 The clustered set is the query set (the whole set in leave-one-out mode), with K = its number of classes
-(not the number of training classes, see METHODS §7.2). The cluster assignment is computed once per
+(not the number of training classes, see docs/methods/revisiting.md). The cluster assignment is computed once per
 context and shared by ``nmi``, ``ami`` and ``f1``.
 """
 

@@ -2,8 +2,9 @@
 
 For class i and distance threshold d: sensitivity ψ_i(d) = share of the class's positive pairs with
 distance ≤ d, specificity φ_i(d) = share of its negative pairs with distance > d, utility
-``U_i = 2φψ/(φ+ψ)`` (0 when both are 0; METHODS §4.2 uses the factor 2 everywhere). The calibration range
-[d_min, d_max] is where the FAR over all negative pairs goes from ``far_range[0]`` to ``far_range[1]``.
+``U_i = 2φψ/(φ+ψ)`` (0 when both are 0; the TCM paper, Zhang et al. 2023, uses the factor 2 everywhere).
+The calibration range [d_min, d_max] is where the FAR over all negative pairs goes from ``far_range[0]`` to
+``far_range[1]``.
 On the grid ``d_j = d_min + j·(d_max−d_min)/N`` (j = 1..N):
 
 * ``opis = mean_j Var_i U_i(d_j)`` (population variance over classes; eq. 2, Riemann mean, without the

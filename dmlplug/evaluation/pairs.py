@@ -1,6 +1,6 @@
 """Positive and negative pairs with their Euclidean distances, shared by verification and OPIS.
 
-Two ways to build the pair set (TCM paper, METHODS §4.3):
+Two ways to build the pair set (Zhang et al. 2023, the TCM paper):
 
 * ``all``: every unordered pair of the evaluated set (small sets such as CUB, Cars). A negative pair
   belongs to the negative sets of both its classes.

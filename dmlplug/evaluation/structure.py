@@ -1,4 +1,4 @@
-"""Structure metrics of an embedding space (METHODS §7.3), computed on the query set.
+"""Structure metrics of an embedding space (docs/methods/revisiting.md), computed on the query set.
 
 * ``rho@m`` spectral decay: KL(uniform ‖ normalised singular values) of the (not centred) N×D matrix,
   with the m−1 largest singular values dropped (the Revisiting paper's ρ is ``rho@2``).
@@ -9,7 +9,7 @@
 * ``class_concentration_var``: variance over classes of ``mean ‖x − μ_c‖ / pi_inter``.
 
 Cosine quantities use L2-normalised embeddings; single-member classes are left out of π_intra and the
-class concentration (the reference code's NaN handling for them is broken, see METHODS §7.3).
+class concentration (the reference code's NaN handling for them is broken, see docs/methods/revisiting.md).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class TimmBackbone(nn.Module):
 
     def train(self, mode: bool = True) -> TimmBackbone:
         """Set the training mode; BatchNorm stays in eval mode when ``frozen_bn``."""
-        # Frozen BN (METHODS §9.2): batch statistics are never used, whatever model.train() says.
+        # Frozen BN (docs/methods/revisiting.md): batch statistics are never used, whatever model.train() says.
         super().train(mode)
         if self.frozen_bn:
             for module in self.modules():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from dmlplug import Params, hookimpl
 
@@ -66,6 +66,19 @@ class GlyphsParams(Params):
         if not value:
             raise ValueError("name at least one family to hold out")
         return value
+
+    @model_validator(mode="after")
+    def _no_empty_split(self) -> GlyphsParams:
+        # The split sizes follow from the parameters alone (the catalogue order is fixed), so a count that
+        # leaves a split without classes is caught here, by validate, instead of when the run starts.
+        from dmlplug.errors import DataError
+        from dmlplug_builtins.datasets.glyphs import check_glyph_splits
+
+        try:
+            check_glyph_splits(self)
+        except DataError as exc:
+            raise ValueError(f"{exc.what}; fix: {exc.fix}") from None
+        return self
 
     def has_validation_split(self) -> bool:
         """A validation split exists exactly when ``val_fraction`` > 0."""

@@ -1,6 +1,6 @@
 """CARS196 (Stanford Cars): 16,185 images of 196 car models.
 
-Zero-shot protocol (METHODS.md §9.3): classes 1-98 train (8,054 images), 99-196 test (8,131 images),
+Zero-shot protocol (docs/methods/revisiting.md): classes 1-98 train (8,054 images), 99-196 test (8,131 images),
 ignoring the release's own train/test flag. Three on-disk layouts are read (auto-detected):
 
 * ``annos_mat``: the "all images" release, ``car_ims/`` + ``cars_annos.mat``;

@@ -1,6 +1,6 @@
 """CUB200-2011 (Caltech-UCSD Birds): 11,788 images of 200 bird species.
 
-Zero-shot protocol (METHODS.md §9.3): classes 1-100 train (5,864 images), 101-200 test (5,924 images);
+Zero-shot protocol (docs/methods/revisiting.md): classes 1-100 train (5,864 images), 101-200 test (5,924 images);
 the classification split in ``train_test_split.txt`` is not used.
 """
 

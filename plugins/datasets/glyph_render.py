@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from dmlplug.errors import DataError
+from dmlplug_builtins.datasets.glyphs import round_robin
 
 #: Bumped whenever a change to this module changes the generated pixels (part of the cache key).
 GENERATOR_VERSION = 1
@@ -288,10 +289,7 @@ def glyph_catalog() -> tuple[GlyphClass, ...]:
         # the catalogue samples each family across its whole block, not just its first code points.
         rng = np.random.default_rng(zlib.crc32(family.name.encode()))
         ordered.append([members[i] for i in rng.permutation(len(members))])
-    catalog = []
-    for position in range(max(len(m) for m in ordered)):
-        catalog.extend(members[position] for members in ordered if position < len(members))
-    return tuple(catalog)
+    return tuple(round_robin(ordered))
 
 
 def _render_class(entry: GlyphClass, count: int, image_size: int, seed: int) -> np.ndarray:

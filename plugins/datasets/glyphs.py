@@ -16,8 +16,9 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dmlplug.errors import DataError
 from dmlplug_builtins.datasets import DEFAULT_TEST_FAMILIES
@@ -30,6 +31,71 @@ if TYPE_CHECKING:
     from dmlplug_builtins.datasets.glyph_render import GlyphArrays
 
 _CACHE_ARRAYS = ("images", "labels", "class_names", "families")
+
+T = TypeVar("T")
+
+#: Classes per family in the catalogue that matplotlib's fonts give
+#: (:func:`~dmlplug_builtins.datasets.glyph_render.glyph_catalog`, families in ``FAMILIES`` order). Kept as
+#: data so that ``dmlplug validate`` knows the split sizes of any ``num_classes`` without loading fonts or
+#: rendering; tests/datasets/test_glyphs.py checks it against the rendered catalogue.
+CATALOG_FAMILY_SIZES: dict[str, int] = {
+    "latin_upper": 26, "latin_lower": 26, "digits": 10, "greek": 34, "cyrillic": 44, "armenian": 67,
+    "hebrew": 26, "georgian": 82, "arabic": 43, "nko": 38, "lao": 49, "tifinagh": 47, "ogham": 26,
+    "canadian_syllabics": 383, "ipa": 87, "letterlike": 70, "currency": 26, "math_operators": 249,
+    "arrows": 251, "box_drawing": 107, "geometric_shapes": 96, "misc_symbols": 178, "dingbats": 149,
+    "braille": 184, "yijing": 15,
+}
+
+
+def round_robin(groups: Sequence[Sequence[T]]) -> list[T]:
+    """One item of every group in turn (the first of each, then the second ...): the catalogue order."""
+    out: list[T] = []
+    for position in range(max((len(g) for g in groups), default=0)):
+        out.extend(group[position] for group in groups if position < len(group))
+    return out
+
+
+def catalog_families(num_classes: int) -> list[str]:
+    """The family of each of the first ``num_classes`` catalogue classes, from :data:`CATALOG_FAMILY_SIZES`.
+
+    Shorter than ``num_classes`` when more classes are asked for than the recorded catalogue holds.
+    """
+    return round_robin([[name] * size for name, size in CATALOG_FAMILY_SIZES.items()])[:num_classes]
+
+
+def check_glyph_splits(params: GlyphsParams) -> None:
+    """Raise the :class:`DataError` that :func:`build_bundle` would raise for an empty split, without rendering.
+
+    The classes are assigned to splits by :func:`split_glyph_classes` itself, over the families of the
+    catalogue prefix (:func:`catalog_families`). A ``num_classes`` beyond the recorded catalogue is left to
+    :func:`build_bundle`, which checks it against the installed fonts.
+    """
+    families = catalog_families(params.num_classes)
+    if len(families) < params.num_classes:
+        return
+    try:
+        split_glyph_classes(families, params.split, params.test_families, params.val_fraction, params.seed)
+    except DataError as exc:
+        smallest = smallest_valid_num_classes(params)
+        if smallest is None:
+            raise
+        raise DataError(exc.what, where="dataset.num_classes",
+                        fix=f"use num_classes >= {smallest} (the smallest count that gives every split a class "
+                            f"with these settings), another split or test_families, or a smaller val_fraction"
+                        ) from None
+
+
+def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
+    """The smallest ``num_classes`` above ``params.num_classes`` with no empty split, other settings equal."""
+    every = catalog_families(sum(CATALOG_FAMILY_SIZES.values()))
+    for count in range(params.num_classes + 1, len(every) + 1):
+        try:
+            split_glyph_classes(every[:count], params.split, params.test_families, params.val_fraction,
+                                params.seed)
+        except DataError:
+            continue
+        return count
+    return None
 
 
 def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int) -> GlyphArrays:

@@ -1,6 +1,6 @@
 """Stanford Online Products: 120,053 images of 22,634 products in 12 super-classes.
 
-Standard split (METHODS.md §9.3): ``Ebay_train.txt`` (59,551 images, 11,318 classes) and
+Standard split (docs/methods/revisiting.md): ``Ebay_train.txt`` (59,551 images, 11,318 classes) and
 ``Ebay_test.txt`` (60,502 images, 11,316 classes). Every source carries the super-class of each image
 as ``source.attributes["super_labels"]`` (``0 .. 11``, the same numbering in every split) and the bundle
 names them in ``info["super_class_names"]``. Class names are the product ids of the file names.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dmlplug import Params, hookimpl
 from dmlplug.errors import ComponentError
@@ -18,7 +18,7 @@ WHERE = "regularizers: diva"
 
 
 class DivaParams(Params):
-    """Parameters of the DiVA regularizer (defaults: the CUB sample runs, METHODS §2.4-2.5)."""
+    """Parameters of the DiVA regularizer (defaults: the CUB sample runs, docs/methods/diva.md)."""
 
     discriminative_head: str = Field("discriminative", description="Name of the discriminative head (multi head).")
     shared_head: str = Field("shared", description="Name of the shared-feature head.")
@@ -54,7 +54,7 @@ class DivaParams(Params):
     margin_normalizer: Literal["terms", "triplets"] = Field(
         "terms", description="Normalizer of those Margin losses (as loss 'margin').")
     beta_lr_mult: float = Field(
-        50.0, gt=0.0, description="lr multiplier of group diva_beta (50 = 5e-4 / 1e-5, METHODS §2.5).")
+        50.0, gt=0.0, description="lr multiplier of group diva_beta (50 = 5e-4 / 1e-5, docs/methods/diva.md).")
     regressor_lr_mult: float = Field(1.0, gt=0.0, description="lr multiplier of group diva_regressors (no wd).")
 
     def extra_requires(self) -> tuple[str, ...]:
@@ -65,6 +65,19 @@ class DivaParams(Params):
         """The shared/intra-class margin β (``diva_beta``) and the decorrelation regressors (``diva_regressors``)."""
         return (section, "diva_beta", "diva_regressors")
 
+    def head_embeddings(self) -> dict[str, str]:
+        """The multi head's outputs DiVA uses, by parameter (``dmlplug validate`` checks them against ``heads``)."""
+        return {"discriminative_head": self.discriminative_head, "shared_head": self.shared_head,
+                "selfsimilarity_head": self.selfsimilarity_head, "intra_head": self.intra_head}
+
+    @model_validator(mode="after")
+    def _rho_per_head(self) -> DivaParams:
+        # Checked here rather than when the regularizer is built, so `dmlplug validate` catches it.
+        if len(self.rho) not in (1, len(self.decorrelate)):
+            raise ValueError(f"rho has {len(self.rho)} values for {len(self.decorrelate)} decorrelated heads: "
+                             "give one value, or one per entry of decorrelate")
+        return self
+
 
 def build_diva(params: DivaParams, ctx: Any) -> Any:
     """Build the DiVA regularizer for the recipe's multi head.
@@ -73,8 +86,8 @@ def build_diva(params: DivaParams, ctx: Any) -> Any:
     wraps miner ``distance_weighted`` (``anchors = "with_positive"``), all built through the run's registry.
 
     Raises:
-        ComponentError: The head lacks one of the four named heads, ``rho`` has the wrong length, or the
-            number of classes is unknown.
+        ComponentError: The head lacks one of the four named heads, or the number of classes is unknown
+            (a ``rho`` of the wrong length is rejected by :class:`DivaParams` already).
     """
     roles = {"discriminative": params.discriminative_head, "shared": params.shared_head,
              "selfsimilarity": params.selfsimilarity_head, "intra": params.intra_head}
@@ -88,9 +101,6 @@ def build_diva(params: DivaParams, ctx: Any) -> Any:
     if missing:
         raise ComponentError(f"DiVA's head(s) {', '.join(missing)} are not heads of the model "
                              f"(it has {sorted(layers)})", where=WHERE, fix=head_fix)
-    if len(params.rho) not in (1, len(params.decorrelate)):
-        raise ComponentError(f"rho has {len(params.rho)} values for {len(params.decorrelate)} decorrelated heads",
-                             where=f"{WHERE} rho", fix="give one value, or one per entry of decorrelate")
     num_classes = getattr(ctx, "num_classes", None)
     if not num_classes:
         raise ComponentError("DiVA needs the number of training classes", where=WHERE,

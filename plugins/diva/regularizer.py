@@ -1,4 +1,4 @@
-"""DiVA: Diverse Visual Feature Aggregation (Milbich et al., ECCV 2020; METHODS §2).
+"""DiVA: Diverse Visual Feature Aggregation (Milbich et al., ECCV 2020; docs/methods/diva.md).
 
 The regularizer owns everything of DiVA except the discriminative Margin loss, which is the recipe's
 ``[loss]`` applied to the ``discriminative`` named embedding (``[loss] embedding = "discriminative"``):

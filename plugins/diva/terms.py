@@ -1,4 +1,4 @@
-"""The maths of DiVA's auxiliary terms (METHODS §2.3), as plain functions and small modules.
+"""The maths of DiVA's auxiliary terms (docs/methods/diva.md), as plain functions and small modules.
 
 * :class:`GradientReversal` / :func:`gradient_reversal` — identity forward, negated gradient backward.
 * :class:`LabelPermutingMiner` — the "shared" miner: a miner (distance-weighted) run on randomly permuted labels.
@@ -39,13 +39,13 @@ def gradient_reversal(x: torch.Tensor) -> torch.Tensor:
 
 
 class LabelPermutingMiner(nn.Module):
-    """DiVA's "random_distance" miner for the shared space (METHODS §2.3 item 2).
+    """DiVA's "random_distance" miner for the shared space (docs/methods/diva.md).
 
     The batch's label vector is permuted at random and ``inner`` mines on the permuted labels. With DiVA's
     inner miner (miner ``distance_weighted``, ``anchors = "with_positive"``, no upper cut-off as in the
     reference code) every anchor that has another sample with the same *permuted* label gets a uniform
-    "positive" among those and a distance-weighted negative (METHODS §8.2) among the samples whose permuted
-    label differs. The Margin loss then indexes β with the anchor's *true* label, so the caller keeps the
+    "positive" among those and a distance-weighted negative (docs/methods/revisiting.md) among the samples
+    whose permuted label differs. The Margin loss then indexes β with the anchor's *true* label, so the caller keeps the
     original labels.
 
     Args:
@@ -72,7 +72,7 @@ class LabelPermutingMiner(nn.Module):
 
 
 class IntraClassMiner(nn.Module):
-    """DiVA's "intra_random" miner (METHODS §2.3 item 3).
+    """DiVA's "intra_random" miner (docs/methods/diva.md).
 
     ``num_triplets`` triplets (default: the batch size); for each one a class present in the batch is
     chosen uniformly, then anchor, positive and negative are drawn uniformly **with replacement** from
@@ -107,7 +107,7 @@ def negative_weights(
     upper_cutoff: float = 1.4,
     normalize: Literal["column", "row"] = "column",
 ) -> torch.Tensor:
-    """Distance-based weights of the negative logits (METHODS §2.3 item 4), detached.
+    """Distance-based weights of the negative logits (docs/methods/diva.md), detached.
 
     With ``d = sqrt(max(0, 2 − 2s))`` clamped to ``[lower_cutoff, 2 − 1e-6]`` (the upper clamp only keeps
     ``ln(1 − d²/4)`` finite at antipodal points), ``ln w = (2 − D)·ln d − ((D − 3)/2)·ln(1 − d²/4)``,
@@ -171,7 +171,7 @@ def momentum_contrast_loss(
 
 
 def decorrelation(source: torch.Tensor, target: torch.Tensor, regressor: nn.Module) -> torch.Tensor:
-    """Correlation ``C = mean_b mean_j (t̂_bj · r_bj)²`` of one direction source → target (METHODS §2.3 item 5).
+    """Correlation ``C = mean_b mean_j (t̂_bj · r_bj)²`` of one direction source → target (docs/methods/diva.md).
 
     ``ŝ = normalize(GR(source))``, ``t̂ = normalize(GR(target))``, ``r = normalize(regressor(ŝ))``. The
     caller adds ``−ρ·C``: the regressor (plain gradient) learns to predict the target from the source, the

@@ -18,7 +18,7 @@ WHERE = "regularizers: nir"
 
 
 class NirParams(Params):
-    """Parameters of the NIR flow (defaults: the reference runs, METHODS §3.3-3.4)."""
+    """Parameters of the NIR flow (defaults: the reference runs, docs/methods/nir.md)."""
 
     n_blocks: int = Field(5, ge=1, description="Number of coupling blocks (each: random permutation + GLOW block).")
     subnet_depth: int = Field(8, ge=1, description="Number of Linear layers in each coupling subnet.")

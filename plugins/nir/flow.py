@@ -1,6 +1,6 @@
 """The conditional normalizing flow of NIR, built from ``nflows`` parts.
 
-Reference architecture (METHODS §3.3, FrEIA ``GraphINN`` in the NIR code): ``n_blocks`` times a fixed random
+Reference architecture (docs/methods/nir.md, FrEIA ``GraphINN`` in the NIR code): ``n_blocks`` times a fixed random
 permutation followed by one GLOW coupling block, every block conditioned on the same context vector (the
 normalised class proxy). A GLOW block is two affine couplings with complementary halves, so here it is two
 :class:`ClampedAffineCoupling` transforms.

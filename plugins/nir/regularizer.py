@@ -1,4 +1,4 @@
-"""NIR: Non-Isotropy Regularisation for proxy-based losses (Roth et al., CVPR 2022; METHODS §3).
+"""NIR: Non-Isotropy Regularisation for proxy-based losses (Roth et al., CVPR 2022; docs/methods/nir.md).
 
 A conditional flow must explain each embedding as a bijective translation of a Gaussian residual around
 its class proxy. The term returned here is the flow part of the NIR objective,
@@ -56,7 +56,7 @@ class NonIsotropyRegularizer(nn.Module):
             step: A :class:`dmlplug.step.StepOutput` (normalised embeddings, labels, loss module).
         """
         nll = self.negative_log_likelihood(step.embeddings, step.labels, self._proxies(step))
-        # exp per sample before the mean, as the reference does (METHODS §3.2).
+        # exp per sample before the mean, as the reference does (docs/methods/nir.md).
         return {"flow": torch.exp(nll).mean()}
 
     def negative_log_likelihood(

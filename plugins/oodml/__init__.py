@@ -109,7 +109,7 @@ def build_oodml_split(params: OodSplitParams, ctx: Any) -> Any:
 
 
 class FewShotSettings(Params):
-    """How episodes are adapted (defaults: METHODS §6, the ooDML few-shot tables)."""
+    """How episodes are adapted (defaults: docs/fewshot.md, the ooDML few-shot tables)."""
 
     shots: list[int] = Field(default_factory=lambda: [2, 5], description="Support images per test class.")
     episodes: int = Field(10, ge=1, description="Episodes per shot count (the first N of a split file).")

@@ -1,4 +1,4 @@
-"""Few-shot head adaptation (METHODS §6 step 4): cached backbone features, class-random batches, Margin loss.
+"""Few-shot head adaptation (docs/fewshot.md): cached backbone features, class-random batches, Margin loss.
 
 The backbone is never trained here, so its pooled features of every test image are computed once
 (:func:`backbone_features`) and reused by every iteration and every episode: only the head runs during
@@ -120,7 +120,7 @@ def adapt_head(head: Any, features: torch.Tensor, labels: np.ndarray, settings: 
     """Train a deep copy of ``head`` on support features; ``head`` itself is not modified.
 
     Margin loss (fixed β, not optimised) on distance-weighted triplets, Adam on the head's parameters
-    only (METHODS §6 step 4). Randomness (batches, miner) is seeded with ``seed`` and does not disturb
+    only (docs/fewshot.md). Randomness (batches, miner) is seeded with ``seed`` and does not disturb
     the caller's torch generator.
 
     Returns:

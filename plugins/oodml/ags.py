@@ -1,4 +1,4 @@
-"""AGS, the Aggregated Generalisation Score of the ooDML benchmark (METHODS §5.6)."""
+"""AGS, the Aggregated Generalisation Score of the ooDML benchmark (docs/oodml.md)."""
 
 from __future__ import annotations
 

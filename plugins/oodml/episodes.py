@@ -1,4 +1,4 @@
-"""Seeded few-shot support episodes and train/validation class partitions (METHODS §5.5, §6)."""
+"""Seeded few-shot support episodes and train/validation class partitions (docs/oodml.md, docs/fewshot.md)."""
 
 from __future__ import annotations
 

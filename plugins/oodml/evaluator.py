@@ -1,4 +1,4 @@
-"""The ``fewshot`` evaluator: the few-shot protocol (METHODS §6) once, when its training run completes.
+"""The ``fewshot`` evaluator: the few-shot protocol (docs/fewshot.md) once, when its training run completes.
 
 Only the read-only :class:`dmlplug.protocols.RunView` of the run is used; the plugin's ``on_run_start`` /
 ``on_run_end`` hooks find the evaluators among ``run.components``. torch is imported when the protocol runs.

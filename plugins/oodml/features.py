@@ -154,7 +154,7 @@ def generate_splits(
     bundle: Any = None,
     backbone: Any = None,
 ) -> Any:
-    """Generate an ooDML split file for a registered dataset (METHODS §5.2–5.5).
+    """Generate an ooDML split file for a registered dataset (docs/oodml.md).
 
     Args:
         dataset: Registered dataset name.

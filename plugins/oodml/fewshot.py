@@ -1,4 +1,4 @@
-"""The few-shot protocol of ooDML (METHODS §6) on one test split: episodes, metrics, report.
+"""The few-shot protocol of ooDML (docs/fewshot.md) on one test split: episodes, metrics, report.
 
 For every episode: ``k`` support images per test class, the remaining test images are the queries.
 The model is evaluated zero-shot on the queries; then a *copy* of its embedding head is trained on the

@@ -1,4 +1,4 @@
-"""Summary statistics of few-shot episodes (METHODS §6 step 6)."""
+"""Summary statistics of few-shot episodes (docs/fewshot.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Choosing N splits that cover the FID range evenly (METHODS §5.4)."""
+"""Choosing N splits that cover the FID range evenly (docs/oodml.md)."""
 
 from __future__ import annotations
 

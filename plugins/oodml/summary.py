@@ -30,7 +30,8 @@ def run_metrics(directory: Path, reduce: Reduce = "max") -> dict[str, float]:
     Args:
         directory: The run directory.
         reduce: ``"max"``: for every metric separately its maximum over the evaluations after training
-            started on the test split (the ooDML/Revisiting reporting protocol, METHODS §7; the untrained
+            started on the test split (the ooDML/Revisiting reporting protocol, docs/methods/revisiting.md; the
+            untrained
             evaluation counts only when there is no other); ``"best"``: the metrics of the epoch selected
             by ``evaluation.metric`` (``best_metrics``); ``"final"``: the last evaluation.
 

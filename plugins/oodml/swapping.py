@@ -1,4 +1,4 @@
-"""Split generation by class swapping and class removal (METHODS §5.2–5.3).
+"""Split generation by class swapping and class removal (docs/oodml.md).
 
 Everything works on one table of per-class mean feature vectors (``class_means[c]`` for class index
 ``c``) and, for removal, per-class image counts. A split is a pair of tuples of class indices; the
@@ -136,7 +136,7 @@ def remove_classes(
     min_classes: int = 2,
     eps: float = DEFAULT_EPS,
 ) -> list[SplitCandidate]:
-    """Shift beyond saturation by deleting the classes that bridge train and test (METHODS §5.3, paper).
+    """Shift beyond saturation by deleting the classes that bridge train and test (docs/oodml.md, paper).
 
     Each iteration removes the ``removals_per_iter`` top-scored train classes (closest to the test mean
     relative to the train mean, the swapping score) and likewise on the test side, and records the result
@@ -145,7 +145,7 @@ def remove_classes(
     classes, or after ``max_iterations``.
 
     This follows the paper's description; the public reference script differs (it removes only when a
-    swap would not raise the FID and is known not to reproduce the published splits, METHODS §5.3).
+    swap would not raise the FID and is known not to reproduce the published splits, docs/oodml.md).
 
     Args:
         class_means: ``C×F`` mean feature vector of every class.

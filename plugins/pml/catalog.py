@@ -278,7 +278,7 @@ MINERS: tuple[PmlClass, ...] = (
               Arg("allowed_neg_range", tuple[float, float] | None, None, "Keep negatives within [low, high].")),
              aliases=("batch_hard_miner",), nested=_MINER, tags=("triplets",)),
     PmlClass("DistanceWeightedMiner", "pml_distance_weighted",
-             "PML's distance-weighted miner (upper cut-off active); see `distance_weighted` for METHODS 8.2.",
+             "PML's distance-weighted miner (upper cut-off active); see `distance_weighted` for Revisiting-DML's.",
              (Arg("cutoff", float, 0.5, "Lower distance cut-off lambda."),
               Arg("nonzero_loss_cutoff", float, 1.4, "Negatives farther than this are never sampled.")),
              aliases=("distance_weighted_miner",), nested=_MINER, tags=("triplets",)),

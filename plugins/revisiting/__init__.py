@@ -1,4 +1,4 @@
-"""The Revisiting-DML margin loss and triplet miners (METHODS §8.2–8.5), written from their definitions.
+"""The Revisiting-DML margin loss and triplet miners (docs/methods/revisiting.md), written from their definitions.
 
 * Loss ``margin``: margin loss with learnable per-class β (§8.5; PML's own class is ``pml_margin``).
 * Miners ``distance_weighted`` (§8.2; PML's is ``pml_distance_weighted``), ``rho_distance`` (§8.4),
@@ -21,7 +21,7 @@ from dmlplug.errors import ComponentError
 
 
 class MarginParams(Params):
-    """Parameters of loss 'margin' (Revisiting-DML, METHODS §8.5)."""
+    """Parameters of loss 'margin' (Revisiting-DML, docs/methods/revisiting.md)."""
 
     margin: float = Field(0.2, ge=0, description="Triplet margin alpha.")
     beta: float = Field(1.2, description="Initial class boundary beta_0 (Revisiting: 1.2, alternative 0.6).")
@@ -29,7 +29,7 @@ class MarginParams(Params):
     per_class_beta: bool = Field(True, description="One beta per training class, else one shared beta.")
     nu: float = Field(0.0, ge=0, description="Weight of the beta regulariser nu * sum(beta_{y_a}).")
     normalizer: Literal["terms", "triplets"] = Field(
-        "terms", description='Divide by the number of positive hinge terms ("terms", METHODS/PML) or of '
+        "terms", description='Divide by the number of positive hinge terms ("terms", Wu et al. 2017/PML) or of '
                              'triplets with a positive term ("triplets", the reference code).')
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
@@ -38,7 +38,7 @@ class MarginParams(Params):
 
 
 class DistanceWeightedParams(Params):
-    """Parameters of miner 'distance_weighted' (METHODS §8.2)."""
+    """Parameters of miner 'distance_weighted' (docs/methods/revisiting.md)."""
 
     lower_cutoff: float = Field(0.5, gt=0, lt=2, description="Lower distance cut-off lambda.")
     upper_cutoff: float | None = Field(
@@ -49,19 +49,19 @@ class DistanceWeightedParams(Params):
 
 
 class RhoDistanceParams(DistanceWeightedParams):
-    """Parameters of miner 'rho_distance' (METHODS §8.4)."""
+    """Parameters of miner 'rho_distance' (docs/methods/revisiting.md)."""
 
     p_switch: float = Field(0.2, ge=0, le=1, description="Probability of the (a, a, same-class) negative swap.")
 
 
 class SemihardParams(Params):
-    """Parameters of miner 'semihard' (METHODS §8.3)."""
+    """Parameters of miner 'semihard' (docs/methods/revisiting.md)."""
 
     margin: float = Field(0.2, gt=0, description="Semi-hard band width (the loss's triplet margin).")
 
 
 class RandomTripletsParams(Params):
-    """Parameters of miner 'random_triplets' (METHODS §8.3)."""
+    """Parameters of miner 'random_triplets' (docs/methods/revisiting.md)."""
 
     num_triplets: int | None = Field(None, gt=0, description="Triplets per batch (default: the batch size).")
 
@@ -87,18 +87,18 @@ _MARGIN_TAGS = ("uses_tuples", "has_parameters", "needs_num_classes")
 #: (name, class in .miners, Params, description, aliases) of every miner.
 _MINERS = (
     ("distance_weighted", "DistanceWeightedMiner", DistanceWeightedParams,
-     "Distance-weighted triplets exactly as Revisiting-DML (METHODS 8.2); one triplet per anchor.", ()),
+     "Distance-weighted triplets exactly as Revisiting-DML (docs/methods/revisiting.md); one triplet per anchor.", ()),
     ("rho_distance", "RhoDistanceMiner", RhoDistanceParams,
-     "Distance-weighted triplets with the rho-regularisation swap (METHODS 8.4); R-Margin = margin + this.",
+     "Distance-weighted triplets with the rho-regularisation swap (Roth et al. 2020); R-Margin = margin + this.",
      ("rho",)),
     ("semihard", "SemihardMiner", SemihardParams,
-     "Revisiting semi-hard triplets: one random positive, a negative in (d_ap, d_ap + margin) (METHODS 8.3).",
+     "Revisiting semi-hard triplets: one random positive, a negative in (d_ap, d_ap + margin) (Roth et al. 2020).",
      ("semihard_revisiting",)),
     ("softhard", "SofthardMiner", Params,
-     "Revisiting soft-hard triplets: random hard positive and hard negative per anchor (METHODS 8.3).",
+     "Revisiting soft-hard triplets: random hard positive and hard negative per anchor (docs/methods/revisiting.md).",
      ("softhard_revisiting",)),
     ("random_triplets", "RandomTripletMiner", RandomTripletsParams,
-     "Valid triplets drawn uniformly without replacement (METHODS 8.3).", ("random",)),
+     "Valid triplets drawn uniformly without replacement (docs/methods/revisiting.md).", ("random",)),
 )
 
 
@@ -106,7 +106,8 @@ _MINERS = (
 def register_losses(register: Any) -> None:
     """The Revisiting margin loss."""
     register("margin", build_margin, params=MarginParams, tags=_MARGIN_TAGS,
-             description="Margin loss with learnable per-class beta, exactly as Revisiting-DML (METHODS 8.5).",
+             description="Margin loss with learnable per-class beta (Wu et al. 2017), exactly as Revisiting-DML "
+                         "(Roth et al. 2020; docs/methods/revisiting.md).",
              aliases=("revisiting_margin",))
 
 

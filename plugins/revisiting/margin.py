@@ -1,4 +1,4 @@
-"""Margin loss with learnable class boundaries β, as in Revisiting-DML (METHODS §8.5).
+"""Margin loss with learnable class boundaries β, as in Revisiting-DML (docs/methods/revisiting.md).
 
 Imported only by factories (it imports torch at module level).
 """
@@ -10,11 +10,11 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 
 class RevisitingMarginLoss(torch.nn.Module):
-    """Margin loss (Wu et al. 2017) on mined triplets, exactly as METHODS §8.5.
+    """Margin loss (Wu et al. 2017) on mined triplets, exactly as defined in docs/methods/revisiting.md.
 
     For triplets ``(a, p, n)``: ``d = sqrt(||x_a - x||² + 1e-8)``, ``β = β_{y_a}``,
     ``ℓ⁺ = max(0, d_ap − β + α)``, ``ℓ⁻ = max(0, β − d_an + α)`` and
-    ``L = Σ(ℓ⁺ + ℓ⁻) / N`` where ``N`` is the number of strictly positive terms (``"terms"``, METHODS and
+    ``L = Σ(ℓ⁺ + ℓ⁻) / N`` where ``N`` is the number of strictly positive terms (``"terms"``, the definition and
     pytorch-metric-learning) or of triplets with at least one positive term (``"triplets"``: the
     reference code adds two boolean tensors, which PyTorch evaluates as a logical or). ``N = 0`` gives
     the plain sum (0). With ``nu > 0`` the reference's β regulariser ``ν · Σ_t β_{y_a(t)}`` is added.

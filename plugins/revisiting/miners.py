@@ -1,4 +1,4 @@
-"""Triplet miners of Revisiting-DML (METHODS §8.2–8.4), written from the definitions there.
+"""Triplet miners of Revisiting-DML (docs/methods/revisiting.md), written from the definitions there.
 
 Every miner is called as ``miner(embeddings, labels)`` and returns ``(anchors, positives, negatives)``
 as int64 tensors on the embeddings' device. Randomness comes from torch's global generator, which the
@@ -6,7 +6,7 @@ engine seeds and checkpoints. Distances are computed on detached embeddings.
 
 How these differ from pytorch-metric-learning's similarly named miners:
     * ``distance_weighted`` vs PML ``DistanceWeightedMiner`` (registered as ``pml_distance_weighted``):
-      PML keeps the paper's upper cut-off 1.4 (METHODS: disabled in the reference code), subtracts one
+      PML keeps the paper's upper cut-off 1.4 (disabled in the reference code), subtracts one
       global maximum log-weight, zeroes infinite weights instead of clamping d̃ below 2, and draws one
       negative per anchor-positive *pair*; here every batch element is an anchor with one positive and
       one negative, i.e. B triplets.
@@ -30,7 +30,10 @@ def pairwise_distances(embeddings: torch.Tensor, min_squared: float = 0.0) -> to
 
 
 def distance_log_weights(distances: torch.Tensor, dim: int, lower_cutoff: float = 0.5) -> torch.Tensor:
-    """METHODS §8.2 log-weights ``(2 − D)·ln d̃ − ((D − 3)/2)·ln(1 − d̃²/4)``, ``d̃ = clamp(d, λ, 2 − 1e-6)``."""
+    """Log-weights ``(2 − D)·ln d̃ − ((D − 3)/2)·ln(1 − d̃²/4)``, ``d̃ = clamp(d, λ, 2 − 1e-6)``.
+
+    The definition and its cut-offs: docs/methods/revisiting.md.
+    """
     clipped = distances.clamp(min=lower_cutoff, max=2.0 - 1e-6)
     return (2.0 - dim) * clipped.log() - ((dim - 3.0) / 2.0) * torch.log(1.0 - 0.25 * clipped.pow(2))
 
@@ -47,7 +50,7 @@ def _label_masks(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class DistanceWeightedMiner(torch.nn.Module):
-    """Distance-weighted sampling (Wu et al. 2017) as in Revisiting-DML (METHODS §8.2).
+    """Distance-weighted sampling (Wu et al. 2017) as in Revisiting-DML (docs/methods/revisiting.md).
 
     Args:
         lower_cutoff: λ, distances below it are raised to it (0.5).
@@ -101,7 +104,7 @@ class DistanceWeightedMiner(torch.nn.Module):
 
 
 class RhoDistanceMiner(DistanceWeightedMiner):
-    """ρ-regularisation (METHODS §8.4): distance-weighted mining with a negative swap.
+    """ρ-regularisation (docs/methods/revisiting.md): distance-weighted mining with a negative swap.
 
     With probability ``p_switch`` an anchor's triplet becomes ``(a, a, p')``: the positive slot holds the
     anchor itself and the negative slot a uniformly drawn *other* sample of the anchor's class, so the
@@ -148,7 +151,7 @@ def _anchors_with_both(embeddings: torch.Tensor, labels: torch.Tensor):
 
 
 class SemihardMiner(torch.nn.Module):
-    """Revisiting semi-hard mining (METHODS §8.3).
+    """Revisiting semi-hard mining (docs/methods/revisiting.md).
 
     Every anchor with a same-class partner gets one uniform positive ``p`` and a negative drawn
     uniformly from ``d_ap < d_an < d_ap + margin``, or uniformly from all negatives when that band is empty.
@@ -175,7 +178,7 @@ class SemihardMiner(torch.nn.Module):
 
 
 class SofthardMiner(torch.nn.Module):
-    """Revisiting soft-hard mining (METHODS §8.3).
+    """Revisiting soft-hard mining (docs/methods/revisiting.md).
 
     For each anchor with a positive and a negative: hard negatives are negatives closer than its farthest
     positive, hard positives are positives farther than its closest negative; one of each is drawn
@@ -199,7 +202,7 @@ class SofthardMiner(torch.nn.Module):
 
 
 class RandomTripletMiner(torch.nn.Module):
-    """Revisiting random mining (METHODS §8.3): valid triplets drawn without replacement.
+    """Revisiting random mining (docs/methods/revisiting.md): valid triplets drawn without replacement.
 
     Args:
         num_triplets: Triplets per batch; ``None`` means the batch size. All valid triplets are returned

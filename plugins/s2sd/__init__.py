@@ -18,7 +18,7 @@ WHERE = "regularizers: s2sd"
 
 
 class S2sdParams(Params):
-    """Parameters of the S2SD regularizer (defaults: the reference ``parameters.py``, METHODS §1.4)."""
+    """Parameters of the S2SD regularizer (defaults: the reference ``parameters.py``, docs/methods/s2sd.md)."""
 
     target_dims: list[int] = Field(
         default_factory=lambda: [512, 1024, 1536, 2048], min_length=1,

@@ -1,4 +1,4 @@
-"""S2SD: Simultaneous Similarity-based Self-Distillation (Roth et al., 2021; METHODS §1).
+"""S2SD: Simultaneous Similarity-based Self-Distillation (Roth et al., 2021; docs/methods/s2sd.md).
 
 Next to the base embedding (the only one used at test time) S2SD trains auxiliary high-dimensional "target"
 heads on the backbone's pooled features, each with its own instance of the recipe's DML criterion, and distils
@@ -163,7 +163,7 @@ class S2SD(nn.Module):
     def optimizer_param_groups(self) -> list[dict[str, Any]]:
         """Target heads in group ``s2sd`` and the target criteria's parameters in ``s2sd_criteria``.
 
-        Both without weight decay and at ``lr_mult`` × the base lr (METHODS §1.5; the reference trains the
+        Both without weight decay and at ``lr_mult`` × the base lr (docs/methods/s2sd.md; the reference trains the
         criteria's parameters at the base lr as well).
         """
         groups = [{"name": "s2sd", "params": list(self.heads.parameters()), "lr_mult": self.lr_mult,

@@ -39,7 +39,7 @@ class MPerClassParams(RandomParams):
 
 
 class ClassRandomParams(RandomParams):
-    """Parameters of sampler 'class_random' (SPC-k, METHODS §8.1)."""
+    """Parameters of sampler 'class_random' (SPC-k, docs/methods/revisiting.md)."""
 
     k: int = Field(2, gt=0, description="Samples per class draw (SPC-k; batch_size must be divisible by k).")
 
@@ -152,7 +152,8 @@ def register_samplers(register: Any) -> None:
              description="batch_size / m distinct classes, m samples each (PML MPerClassSampler), defined epoch.",
              aliases=("mperclass",))
     register("class_random", build_class_random, params=ClassRandomParams, aliases=("spc", "spc_k"),
-             description="SPC-k (Revisiting-DML): classes and samples drawn with replacement (METHODS 8.1).")
+             description="SPC-k (Roth et al. 2020, Revisiting DML): classes and samples drawn with "
+                         "replacement (docs/methods/revisiting.md).")
     register("random", build_random, params=RandomParams,
              description="Uniformly shuffled samples, full batches.")
     register("class_balanced", build_class_balanced, params=RandomParams,

@@ -87,7 +87,7 @@ class MPerClassSampler(EpochBatchSampler):
 
 
 class ClassRandomSampler(EpochBatchSampler):
-    """SPC-k (Revisiting-DML ``class_random``, METHODS §8.1).
+    """SPC-k (Revisiting-DML ``class_random``, docs/methods/revisiting.md).
 
     Every batch repeats ``batch_size / k`` times: draw a class uniformly with replacement, then ``k`` of
     its samples uniformly with replacement (duplicate classes and samples are possible).

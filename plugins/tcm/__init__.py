@@ -14,7 +14,7 @@ from dmlplug import Params, hookimpl
 
 
 class TcmParams(Params):
-    """Parameters of the TCM regularizer (defaults: METHODS §4.1, PML ``ThresholdConsistentMarginLoss``)."""
+    """Parameters of the TCM regularizer (defaults: docs/methods/tcm.md, PML ``ThresholdConsistentMarginLoss``)."""
 
     margin_plus: float = Field(
         0.9, ge=-1.0, le=1.0,

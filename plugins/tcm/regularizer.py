@@ -1,4 +1,4 @@
-"""TCM: Threshold-Consistent Margin regularizer (Zhang et al., 2023; METHODS §4.1).
+"""TCM: Threshold-Consistent Margin regularizer (Zhang et al., 2023; docs/methods/tcm.md).
 
 Penalises positive pairs whose cosine similarity is at most ``m⁺`` and negative pairs whose similarity is at
 least ``m⁻``, each term averaged over its hard pairs only, so that one threshold suits every class.

@@ -141,3 +141,123 @@ def test_tutorial_commands_run(tmp_path):
     for line in quoted.splitlines():
         if line.strip() and line.strip() != "...":
             assert line in module, f"the tutorial quotes a line the generated module lacks: {line!r}"
+
+
+# ------------------------------------------------------------------------------------------------ every doc statement
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _code_blocks(path: Path) -> list[tuple[str, str]]:
+    """(language, body) of every fenced block of a Markdown file."""
+    return re.findall(r"```(\w*)\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
+
+
+def _doc_commands() -> list[tuple[str, list[str]]]:
+    """Every `dmlplug ...` command line of the docs' shell blocks, as (where, arguments after `dmlplug`)."""
+    import shlex
+
+    found = []
+    for path in DOCS:
+        for lang, body in _code_blocks(path):
+            if lang in ("python", "toml", "json"):
+                continue
+            for line in body.replace("\\\n", " ").splitlines():
+                line = line.strip().removeprefix("$ ")
+                words = shlex.split(line, comments=True) if "dmlplug" in line else []
+                # `dmlplug ARGS`, or `python -m dmlplug ARGS` / `torchrun ... -m dmlplug ARGS`
+                if words[:1] == ["dmlplug"]:
+                    args = words[1:]
+                elif "-m" in words and words[words.index("-m") + 1:][:1] == ["dmlplug"]:
+                    args = words[words.index("-m") + 2:]
+                else:
+                    continue
+                found.append((f"{path.relative_to(ROOT)}: {line}", args))
+    return found
+
+
+DOC_COMMANDS = _doc_commands()
+
+
+def test_the_docs_show_commands():
+    assert len(DOC_COMMANDS) >= 15, "the command extraction found fewer commands than the docs show"
+
+
+@pytest.mark.parametrize("args", [c[1] for c in DOC_COMMANDS], ids=[c[0] for c in DOC_COMMANDS])
+def test_every_documented_command_parses(args):
+    """Each command and its options exist (`--help` appended: typer parses the options, then prints help)."""
+    from typer.testing import CliRunner
+
+    from dmlplug.cli import build_app
+
+    result = CliRunner().invoke(build_app(), [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def _merge_into_quickstart(block: dict) -> dict:
+    """The quickstart recipe with a doc's TOML fragment laid over it (a named component table replaces)."""
+    import copy
+    import tomllib
+
+    from dmlplug.recipe.schema import SECTION_KIND
+
+    raw = tomllib.loads((ROOT / "recipes" / "quickstart.toml").read_text())
+    merged = copy.deepcopy(raw)
+    for key, value in block.items():
+        if isinstance(value, dict) and key not in SECTION_KIND and isinstance(merged.get(key), dict):
+            for sub, sub_value in value.items():
+                replace = f"{key}.{sub}" in SECTION_KIND and isinstance(sub_value, dict) and "name" in sub_value
+                if isinstance(sub_value, dict) and not replace and isinstance(merged[key].get(sub), dict):
+                    merged[key][sub] = {**merged[key][sub], **sub_value}
+                else:
+                    merged[key][sub] = sub_value
+        else:
+            merged[key] = value
+    if "loss" in block and "miner" not in block:
+        merged.pop("miner", None)  # the quickstart's miner belongs to its loss
+    return merged
+
+
+#: TOML blocks that name components of a plugin the docs create (validated with the plugin installed by
+#: test_tutorial_commands_run).
+PLUGIN_TOML = {"docs/tutorial-first-loss-plugin.md"}
+DOC_TOML = [(f"{p.relative_to(ROOT)}#{i}", body) for p in DOCS for i, (lang, body) in enumerate(_code_blocks(p))
+            if lang == "toml" and str(p.relative_to(ROOT)) not in PLUGIN_TOML]
+
+
+@pytest.mark.parametrize("body", [b for _, b in DOC_TOML], ids=[w for w, _ in DOC_TOML])
+def test_every_documented_recipe_fragment_validates(body, monkeypatch, tmp_path):
+    """Each TOML block of the docs, laid over the quickstart recipe, validates: its keys and values exist."""
+    import tomllib
+
+    import dmlplug
+
+    monkeypatch.setenv("DMLPLUG_DATA", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    dmlplug.validate(_merge_into_quickstart(tomllib.loads(body)))
+
+
+#: Path-like words of the docs that are not files of the repository: placeholders and files a user creates.
+NOT_REPOSITORY_FILES = re.compile(r"[<>{}$]|^runs/|^sweeps/|\.(npz|pkl|json|csv|pt|png)$")
+#: A repository path: a top-level folder, then a file name with an extension or a folder ending in "/"
+#: ("dmlplug/PML" in a table header is no path). Globs (`tests/regularizers/test_diva_*.py`) must match a file.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:dmlplug|plugins|recipes|docs|tests|examples|benchmarks|\.ci)/"
+                       r"(?:[\w.*-]+/)*(?:[\w*-]+\.\w+|))(?![\w/])")
+#: Paths of the project the tutorial generates, not of this repository.
+OTHER_PROJECT = {"docs/tutorial-first-loss-plugin.md": {"tests/test_my_loss.py"}}
+
+
+def test_every_repository_path_the_docs_mention_exists():
+    missing = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for name in REPO_PATH.findall(text):
+            if NOT_REPOSITORY_FILES.search(name) or name in OTHER_PROJECT.get(str(path.relative_to(ROOT)), ()):
+                continue
+            if not (any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists()):
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" not in link and not (path.parent / link).exists():
+                missing.append(f"{path.relative_to(ROOT)}: link {link}")
+    assert not missing, "the docs name files that do not exist:\n" + "\n".join(missing)

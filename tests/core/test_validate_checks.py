@@ -281,3 +281,34 @@ def test_built_in_components_declare_every_group_they_build(name, tmp_path):
 def test_a_misspelled_group_of_a_shipped_recipe_fails_validate():
     with pytest.raises(RecipeError, match=r"optimizer.groups.bta.*did you mean 'beta'"):
         dmlplug.validate(ROOT / "recipes" / "glyphs_diva.toml", overrides=["optimizer.groups.bta.lr_mult=2.0"])
+
+
+# ------------------------------------------------------------------------------------------------ DiVA's heads
+
+
+def test_diva_head_name_that_the_multi_head_lacks_fails_with_a_suggestion():
+    error = _fails(['regularizers.0.intra_head="intr"'], "regularizers[0].intra_head", "did you mean 'intra'",
+                   recipe=ROOT / "recipes" / "glyphs_diva.toml")
+    assert "regularizers[0].intra_head" in error.where and "discriminative" in error.fix
+
+
+def test_diva_head_names_follow_the_heads_table():
+    import tomllib
+
+    recipe = ROOT / "recipes" / "glyphs_diva.toml"
+    raw = tomllib.loads(recipe.read_text())
+    heads = raw["head"]["heads"]
+    raw["head"]["heads"] = {("inner" if k == "intra" else k): v for k, v in heads.items()}
+    raw["regularizers"][0]["intra_head"] = "inner"
+    dmlplug.validate(raw)
+    raw["regularizers"][0]["intra_head"] = "intra"
+    with pytest.raises(RecipeError, match="did you mean 'inner'"):
+        dmlplug.validate(raw)
+
+
+def test_diva_rho_needs_one_value_or_one_per_decorrelated_head():
+    recipe = ROOT / "recipes" / "glyphs_diva.toml"
+    _fails(["regularizers.0.rho=[1.0, 2.0]"], "rho has 2 values for 3 decorrelated heads", recipe=recipe)
+    dmlplug.validate(recipe, overrides=["regularizers.0.rho=[1.0, 2.0, 3.0]"])
+    dmlplug.validate(recipe, overrides=["regularizers.0.rho=[1.0, 2.0]",
+                                        'regularizers.0.decorrelate=["shared", "intra"]'])

@@ -18,7 +18,9 @@ from dmlplug.errors import DataError, RecipeError
 from dmlplug.plugins import PluginHost
 from dmlplug_builtins.datasets import DEFAULT_TEST_FAMILIES, GlyphsParams, glyph_render
 from dmlplug_builtins.datasets.glyphs import (
+    CATALOG_FAMILY_SIZES,
     cache_file,
+    catalog_families,
     generate_glyphs,
     load_glyphs,
     split_glyph_classes,
@@ -294,6 +296,61 @@ def test_split_choice_is_deterministic_and_seeded():
 def test_a_split_without_classes_is_a_data_error():
     with pytest.raises(DataError, match="test split has no classes"):
         split_glyph_classes(["latin_upper"] * 4, "families", test_families=["greek"])
+
+
+def test_recorded_family_sizes_match_the_rendered_catalogue():
+    families = [entry.family for entry in glyph_render.glyph_catalog()]
+    assert glyph_render.family_counts(families) == CATALOG_FAMILY_SIZES
+    assert list(CATALOG_FAMILY_SIZES) == list(glyph_render.FAMILY_NAMES)
+    assert catalog_families(len(families)) == families
+
+
+SPLIT_SETTINGS = [
+    {},
+    {"val_fraction": 0.5},
+    {"val_fraction": 0.95},
+    {"split": "families"},
+    {"split": "families", "test_families": ["yijing"]},
+    {"split": "families", "test_families": ["latin_upper"], "val_fraction": 0.3},
+]
+
+
+@pytest.mark.parametrize("settings", SPLIT_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_params_reject_exactly_the_counts_that_empty_a_split_when_built(settings):
+    # Oracle: the split assignment over the families of the real (rendered) catalogue prefix.
+    catalog = glyph_render.glyph_catalog()
+    for num_classes in range(2, 80):
+        try:
+            split_glyph_classes([e.family for e in catalog[:num_classes]], seed=0, **settings)
+            empties = False
+        except DataError:
+            empties = True
+        if empties:
+            with pytest.raises(ValueError, match="split has no classes"):
+                GlyphsParams(num_classes=num_classes, **settings)
+        else:
+            GlyphsParams(num_classes=num_classes, **settings)
+
+
+def test_validate_rejects_a_class_count_that_empties_the_test_split_and_names_the_fix():
+    recipe = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "quickstart.toml")
+    for count in (8, 25):  # one class per family: the interleaved split has no second class for testing
+        with pytest.raises(RecipeError) as caught:
+            dmlplug.validate(recipe, [f"data.dataset.num_classes={count}"])
+        message = str(caught.value)
+        assert "test split has no classes" in message and "data.dataset" in message
+        assert "num_classes >= 26" in message
+    dmlplug.validate(recipe, ["data.dataset.num_classes=26"])
+
+
+def test_the_smallest_valid_count_builds_with_every_split_populated(cache_dir):
+    bundle = build_bundle(cache_dir, num_classes=26, images_per_class=2, image_size=16)
+    assert (bundle.train.num_classes, bundle.test.num_classes) == (25, 1)
+    held_out = build_bundle(cache_dir, num_classes=25, images_per_class=2, image_size=16, split="families",
+                            test_families=["yijing"])  # the 25th family: its first class is the 25th
+    assert (held_out.train.num_classes, held_out.test.num_classes) == (24, 1)
+    with pytest.raises(RecipeError, match="test split has no classes"):
+        build_bundle(cache_dir, num_classes=24, split="families", test_families=["yijing"])
 
 
 def test_unknown_family_is_a_recipe_error_with_a_suggestion():

@@ -1,4 +1,4 @@
-"""AGS (METHODS §5.6) and the few-shot confidence interval (METHODS §6)."""
+"""AGS (docs/oodml.md) and the few-shot confidence interval (docs/fewshot.md)."""
 
 import numpy as np
 import pytest
@@ -8,14 +8,14 @@ from dmlplug.errors import DataError
 from dmlplug_builtins.oodml.ags import ags, normalized_fids
 from dmlplug_builtins.oodml.fewshot_stats import mean_confidence_interval
 
-# METHODS §5.4: CUB200 split FIDs as in paper Table S1; §5.6: Margin R@1 per split (Table S4).
+# Milbich et al. 2021 (ooDML): CUB200 split FIDs of Table S1; Margin R@1 per split of Table S4.
 CUB_FIDS = [19.2, 28.5, 52.6, 72.2, 92.5, 120.4, 136.5, 152.0, 173.9]
 CUB_MARGIN_R1 = [76.20, 71.79, 65.78, 65.38, 63.30, 61.53, 59.95, 57.67, 58.59]
 
 
 def test_cub_margin_oracle():
     score = ags(CUB_FIDS, CUB_MARGIN_R1)
-    assert score == pytest.approx(63.61, abs=0.005)  # METHODS §5.6 / §10
+    assert score == pytest.approx(63.61, abs=0.005)  # docs/oodml.md
     assert round(score, 1) == 63.6  # paper Table S3
 
 

@@ -1,4 +1,4 @@
-"""Few-shot adaptation (METHODS §6): episodes, batches, head adaptation, cached features, weights untouched."""
+"""Few-shot adaptation (docs/fewshot.md): episodes, batches, head adaptation, cached features, weights untouched."""
 
 import copy
 

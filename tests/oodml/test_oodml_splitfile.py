@@ -205,7 +205,7 @@ def test_published_cars196_file():
         pytest.skip(f"published split file not present at {PUBLISHED_CARS}")
     loaded = load_published_pickle(PUBLISHED_CARS, dataset="cars196")
     splits = loaded.splits
-    # METHODS §5.4 / §10: class counts per side and stored FIDs of ids 1..8.
+    # docs/oodml.md: class counts per side and stored FIDs of ids 1..8.
     assert [s.id for s in splits] == list(range(1, 9))
     assert [len(s.train) for s in splits] == [98] * 5 + [86, 74, 62]
     assert [len(s.test) for s in splits] == [len(s.train) for s in splits]

@@ -167,7 +167,7 @@ def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
         dataset = tomllib.loads(Path(recipe_path).read_text())["data"]["dataset"]
         assert dataset["name"] == "oodml_split" and dataset["dataset"]["name"] == "glyphs"
         assert dataset["split_file"] == str((sweep / "splits.json").resolve())
-        assert overrides[:-1] == ["data.dataset.dataset.num_classes=20"]
+        assert overrides[:-1] == ["data.dataset.dataset.num_classes=40"]
         seed = int(overrides[-1].removeprefix("run.seed="))
         calls.append((dataset["split_id"], seed))
         Path(out).mkdir(parents=True)
@@ -176,15 +176,15 @@ def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
 
     sweep = tmp_path / "sweep"
     report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
-                       overrides=["data.dataset.num_classes=20"])
+                       overrides=["data.dataset.num_classes=40"])
     assert calls == [(1, 0), (1, 1), (2, 0), (2, 1)] and report.ran == calls
     calls.clear()
     report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
-                       overrides=["data.dataset.num_classes=20"])
+                       overrides=["data.dataset.num_classes=40"])
     assert calls == [(2, 1)] and report.restarted == [(2, 1)] and len(report.skipped) == 3
     with pytest.raises(RunError, match="different --part"):
         run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner, part="few_shot_base",
-                  overrides=["data.dataset.num_classes=20"])
+                  overrides=["data.dataset.num_classes=40"])
     recipe.write_text(TINY_RECIPE.replace("epochs = 1", "epochs = 2"))
     with pytest.raises(RunError, match="different recipe"):
         run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner)

@@ -201,7 +201,7 @@ def test_factory_rejects_a_head_without_the_named_heads():
     model = _model()
     with pytest.raises(ComponentError, match="intra"):
         dmlplug.create("regularizer", "diva", head=model.head, num_classes=4, intra_head="within")
-    with pytest.raises(ComponentError, match="rho"):
+    with pytest.raises(RecipeError, match="rho has 2 values for 3"):  # the parameters reject it, as validate does
         dmlplug.create("regularizer", "diva", head=model.head, num_classes=4, rho=[1.0, 2.0])
 
 

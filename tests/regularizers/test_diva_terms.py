@@ -90,7 +90,7 @@ def test_intra_class_miner_draws_triplets_inside_uniformly_chosen_classes():
 
 
 def _reference_weights(similarities, dim, normalize, lower=0.5, upper=1.4):
-    """Plain-python METHODS §2.3 weights."""
+    """Plain-python negative weights of docs/methods/diva.md."""
     rows, cols = len(similarities), len(similarities[0])
     d = [[math.sqrt(max(0.0, 2 - 2 * s)) for s in row] for row in similarities]
     log_w = []

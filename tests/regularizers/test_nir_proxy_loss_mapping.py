@@ -1,4 +1,4 @@
-"""NIR's ω·L_PA is the recipe's ProxyAnchor loss: PML's ProxyAnchorLoss against METHODS §3.2, brute force."""
+"""NIR's ω·L_PA is the recipe's ProxyAnchor loss: PML's ProxyAnchorLoss against docs/methods/nir.md, brute force."""
 
 import math
 
@@ -11,7 +11,7 @@ ALPHA, DELTA = 32.0, 0.1
 
 
 def _methods_proxy_anchor(embeddings, labels, proxies):
-    """METHODS §3.2 literally: positive part averaged over the B batch columns, negative over all C proxies."""
+    """docs/methods/nir.md literally: positive part averaged over the B batch columns, negative over all C proxies."""
     x, p = F.normalize(embeddings, dim=1).tolist(), F.normalize(proxies, dim=1).tolist()
     labels = labels.tolist()
     cos = lambda i, c: sum(a * b for a, b in zip(x[i], p[c], strict=True))  # noqa: E731

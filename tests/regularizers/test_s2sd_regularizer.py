@@ -1,4 +1,4 @@
-"""S2SD maths (METHODS §1.3): row-wise similarity KL with known values, teacher detached, term composition,
+"""S2SD maths (docs/methods/s2sd.md): row-wise similarity KL with known values, teacher detached, term composition,
 feature-distillation delay, pooled feature-map input, parameter groups, and the unchanged test-time model."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TCM regularizer: METHODS §4.1 oracle, agreement with PML and a brute-force loop, zero cases."""
+"""TCM regularizer: docs/methods/tcm.md oracle, agreement with PML and a brute-force loop, zero cases."""
 
 import itertools
 
@@ -21,7 +21,7 @@ def _step(embeddings, labels):
 
 
 def _brute_force_tcm(embeddings, labels, m_plus, m_minus, l_plus=1.0, l_minus=1.0):
-    """Unordered pairs, plain Python loops: an independent reading of METHODS §4.1."""
+    """Unordered pairs, plain Python loops: an independent reading of docs/methods/tcm.md."""
     pos, neg = [], []
     for i, j in itertools.combinations(range(len(labels)), 2):
         s = torch.nn.functional.cosine_similarity(embeddings[i], embeddings[j], dim=0).item()

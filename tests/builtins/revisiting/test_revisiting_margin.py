@@ -1,4 +1,4 @@
-"""Margin loss with learnable β (METHODS §8.5): a hand-computed value, PML parity and R-Margin."""
+"""Margin loss with learnable β (docs/methods/revisiting.md): a hand-computed value, PML parity and R-Margin."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Revisiting-DML miners (METHODS §8.2–8.4) against brute-force definitions and hand-built batches."""
+"""Revisiting-DML miners (docs/methods/revisiting.md) against brute-force definitions and hand-built batches."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _line(xs) -> torch.Tensor:
 
 
 def _brute_force_negative_probabilities(x: np.ndarray, labels: np.ndarray, anchor: int, cutoff=0.5) -> np.ndarray:
-    """METHODS §8.2 written out for one anchor with plain numpy loops."""
+    """The distance weighting of docs/methods/revisiting.md written out for one anchor with plain numpy loops."""
     dim = x.shape[1]
     log_w = np.full(len(x), -np.inf)
     for n in range(len(x)):
