@@ -23,9 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "shared"))
 
-from e2e import LEARNING_PROTOCOL, recall_standard_error, untrained_and_trained  # noqa: E402
+from e2e import LEARNING_PROTOCOL, LEARNS_BY, recall_standard_error, untrained_and_trained  # noqa: E402
 
-LEARNS_BY = 4.0  # as in the tests
 # Each test's overrides on top of the shared protocol.
 METHODS = {
     "glyphs_arcface_tcm": ["optimizer.lr=3e-3"],

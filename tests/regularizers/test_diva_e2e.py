@@ -11,8 +11,6 @@ from e2e import LEARNING_PROTOCOL, ROOT, assert_learns, run_cli
 # The shared learning protocol (tests/shared/e2e.py); a key queue longer than the run's steps, so that the queue
 # is never full and its fill level counts the batches enqueued.
 SHORT = [*LEARNING_PROTOCOL, "regularizers.0.n_key_batches=64"]
-# Standard errors by which training must beat the untrained evaluation (see tests/engine/test_recipes.py).
-LEARNS_BY = 4.0
 
 
 @pytest.mark.slow
@@ -22,7 +20,7 @@ def test_glyphs_diva_recipe_learns_and_checkpoints_its_state(tmp_path):
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "completed"
-    assert_learns(tmp_path / "run", LEARNS_BY)
+    assert_learns(tmp_path / "run")
 
     recipe = tomllib.loads((ROOT / "recipes" / "glyphs_diva.toml").read_text())
     batch = recipe["data"]["batch_size"]

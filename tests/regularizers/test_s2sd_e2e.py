@@ -10,9 +10,6 @@ import pytest
 import torch
 from e2e import LEARNING_PROTOCOL, ROOT, assert_learns, run_cli
 
-# Standard errors by which training must beat the untrained evaluation (see tests/engine/test_recipes.py).
-LEARNS_BY = 4.0
-
 
 @pytest.mark.slow
 def test_glyphs_s2sd_recipe_learns_end_to_end(tmp_path):
@@ -21,7 +18,7 @@ def test_glyphs_s2sd_recipe_learns_end_to_end(tmp_path):
     result = run_recipe(ROOT / "recipes" / "glyphs_s2sd.toml", LEARNING_PROTOCOL, out=tmp_path / "run", device="cpu",
                         quiet=True)
     assert result.status == "completed" and math.isfinite(result.metrics["map@r"])
-    assert_learns(result.directory, LEARNS_BY)
+    assert_learns(result.directory)
     state = torch.load(result.directory / "checkpoints" / "last.pt", weights_only=False)
     # The iteration counter (feature-distillation delay) is checkpointed and counted every step.
     assert int(state["regularizers"]["s2sd"]["iteration"]) == state["step"] > 0

@@ -121,7 +121,15 @@ def recall_standard_error(queries):
     return 0.5 / math.sqrt(queries)
 
 
-def assert_learns(run_dir, standard_errors, metric="recall@1"):
+#: Standard errors (of the difference of two recall@1 values on the same test queries) by which training must beat
+#: the run's own untrained evaluation: 0.087 on the learning protocol's 600 queries. Sampling noise alone exceeds 3
+#: such errors with probability ~0.1%; a broken run (learning rate 1e-12) gains -0.003. Measured with
+#: `python benchmarks/recipe_learning.py --seeds 0 1 2` (2026-11-23): the smallest gain of 12 method/seed runs was
+#: +0.118 (DiVA, seed 2), so 4 errors (0.115) would leave almost no room, 3 leave 1.36x; the tests use seed 0.
+LEARNS_BY = 3.0
+
+
+def assert_learns(run_dir, standard_errors=LEARNS_BY, metric="recall@1"):
     """Assert that training raised ``metric`` above the run's own untrained evaluation by a margin beyond noise.
 
     The margin is ``standard_errors`` standard errors of the difference of two recalls measured on the same
