@@ -103,7 +103,8 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
     """Build ``[data.dataset]`` (class selection applied) and fill the context's data fields.
 
     Raises:
-        DataError: A split of the dataset is empty.
+        DataError: A split of the dataset is empty, or an evaluated split has no query with another item of its
+            class in the gallery (every kNN metric would be undefined: found here, not after an epoch).
         RunError: ``[evaluation] split = "val"`` and the dataset has no validation split (checked here, before
             the model is built, when ``dmlplug validate`` could not tell from the parameters).
     """
@@ -115,6 +116,7 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
     _check_dataset(dataset, spec.name)
     dataset = apply_recipe_classes(dataset, recipe.recipe.data)
     _check_selection_split(dataset, recipe, spec.name)
+    _check_evaluable(dataset, recipe, spec.name)
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
     # Hierarchical samplers group classes by super-class.
@@ -186,6 +188,30 @@ def _check_dataset(dataset: Any, name: str) -> None:
         if source is None or len(source) == 0:
             raise DataError(f"dataset {name!r} has an empty {split} split", where="[data.dataset]",
                             fix="check the dataset root and split parameters")
+
+
+def _check_evaluable(dataset: Any, recipe: Any, name: str) -> None:
+    # Labels alone decide whether any query has a same-class item in its gallery; the evaluation would refuse
+    # the split anyway (evaluation.api.check_valid_queries), but only after the first epoch when
+    # [evaluation] initial = false. The label logic is EvalContext's own: built on 1-d zero embeddings.
+    import numpy as np
+
+    from dmlplug.evaluation import EvalContext
+
+    splits = ["test"] + (["val"] if recipe.recipe.evaluation.split == "val" else [])
+    for split in splits:
+        labels = getattr(dataset, split).labels
+        masks = {}
+        if split == "test" and dataset.test_query_mask is not None:
+            masks = {"query_mask": dataset.test_query_mask, "gallery_mask": dataset.test_gallery_mask}
+        ctx = EvalContext(np.zeros((len(labels), 1), dtype=np.float32), labels, **masks)
+        if len(ctx.knn_queries) == 0:
+            raise DataError(
+                f"the {split} split of dataset {name!r} has no query with another item of its class in the "
+                f"gallery ({ctx.num_queries} queries), so every retrieval metric would be undefined",
+                where="[data.dataset]",
+                fix="give every evaluated class at least two images (or, with query/gallery lists, gallery "
+                    "images of the query classes)")
 
 
 def _check_selection_split(dataset: Any, recipe: Any, name: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -59,6 +60,14 @@ def _host() -> PluginHost:
     register("datasets", "test")("no_val", glyphs.factory, params=NoValParams)
     register("datasets", "test")("empty", lambda p, c: SimpleNamespace(train=[], test=[0], val=None, info={}),
                                  params=Params)
+
+    def lone_test(params, ctx):  # the glyphs, but one test image per class: no query has a same-class item
+        bundle = glyphs.factory(params, ctx)
+        first = np.unique(bundle.test.labels, return_index=True)[1]
+        bundle.test = bundle.test.subset(first)
+        return bundle
+
+    register("datasets", "test")("lone_test", lone_test, params=glyphs.params)
     return host
 
 
@@ -92,6 +101,9 @@ CASES = {
     "factory raises": (['loss.name="broken_loss"'], ComponentError, "the factory broke", False),
     "missing dataset root": (['data.dataset={name="cub200", root="/nonexistent/cub"}'], DataError, "", False),
     "empty split": (['data.dataset={name="empty"}'], DataError, "empty train split", False),
+    # Without the early check this ran a whole epoch (no initial evaluation) before the evaluation refused it.
+    "test split without a valid query": (['data.dataset.name="lone_test"', "evaluation.initial=false"], DataError,
+                                         "no query with another item of its class", False),
     "val split only the data shows": (['data.dataset.name="no_val"', 'evaluation.split="val"'], RunError,
                                       "no validation split", False),
     "component without its EMA momentum": (['regularizers=[{name="no_momentum"}]'], RunError, "ema_momentum",
