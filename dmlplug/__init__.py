@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
-__all__ = ["BuildContext", "Params", "__version__", "create", "evaluate", "export", "hookimpl", "load_bundle",
-           "load_run", "run", "validate"]
+__all__ = ["BuildContext", "Params", "__version__", "check_data", "create", "evaluate", "export", "hookimpl",
+           "load_bundle", "load_run", "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -132,6 +132,35 @@ def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
     from dmlplug.engine.loading import load_run as _load_run
 
     return _load_run(path, checkpoint=checkpoint, device=device, overrides=overrides)
+
+
+def check_data(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -> dict[str, int]:
+    """Build a recipe's dataset and batch sampler as ``dmlplug run`` would, then drop them; nothing is trained.
+
+    ``dmlplug validate`` reads only the recipe; this also reads the data, so it finds what only the data can
+    show (a missing folder, a split too small for the sampler) in seconds, before any model is built. Sweeps
+    call it for every split before their first run.
+
+    Args:
+        recipe: Path to a TOML recipe, or a dict with the same structure.
+        overrides: ``"section.key=value"`` strings (as ``--set``) or a ``{"section.key": value}`` dict.
+
+    Returns:
+        ``{"train_classes", "train_images", "steps_per_epoch"}``.
+
+    Raises:
+        dmlplug.errors.RecipeError: The recipe does not validate.
+        dmlplug.errors.DataError, dmlplug.errors.ComponentError, dmlplug.errors.RunError: The errors ``dmlplug
+            run`` raises for this recipe before it builds the model.
+    """
+    from dmlplug.engine.build import check_data as _check_data
+    from dmlplug.engine.build import new_context
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe
+
+    host = get_host()
+    validated = load_recipe(recipe, overrides=overrides, registry=host.registry)
+    return _check_data(validated, new_context(validated, device="cpu", host=host, quiet=True))
 
 
 def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",

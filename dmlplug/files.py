@@ -1,10 +1,11 @@
-"""Atomic file writes: write to a temporary file in the same folder, then rename.
+"""Atomic file writes (a temporary file in the same folder, then rename) and file digests.
 
 A crash or a full disk while writing leaves the previous file intact, never a truncated one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -62,3 +63,12 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -8,7 +8,6 @@ is run on test images and compared with PyTorch; the folder is written atomicall
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,16 +18,7 @@ from dmlplug.bundle.atomic import atomic_folder, check_destination
 from dmlplug.bundle.bundle import FORMAT, FORMAT_VERSION, MANIFEST, MODEL_FILES
 from dmlplug.bundle.errors import BundleError, require_onnx
 from dmlplug.bundle.verify import DEFAULT_IMAGES, DEFAULT_TOLERANCE, pick_images, verify_export
-from dmlplug.files import write_json
-
-
-def sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from dmlplug.files import sha256_file, write_json
 
 
 def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
@@ -71,9 +61,10 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "dmlplug_version": __version__,
             "source": {"run_dir": str(loaded.run_dir.resolve()) if loaded.run_dir else None,
-                       "checkpoint": str(loaded.checkpoint.resolve()), "checkpoint_sha256": sha256(loaded.checkpoint),
+                       "checkpoint": str(loaded.checkpoint.resolve()),
+                       "checkpoint_sha256": sha256_file(loaded.checkpoint),
                        "recipe_name": loaded.recipe.run.name},
-            "model": {"format": format, "file": model_file.name, "sha256": sha256(model_file),
+            "model": {"format": format, "file": model_file.name, "sha256": sha256_file(model_file),
                       "input": "images", "output": "embedding", "dtype": "float32",
                       "input_shape": ["batch", *preprocessing["input_size"]]},
             "input_size": preprocessing["input_size"],

@@ -148,6 +148,22 @@ def build_transforms(recipe: Any, dataset: Any, views: int = 1) -> tuple[Any, An
     return train, build_transform("test", augment=augment, image_size=size, resize_size=resize)
 
 
+def check_data(recipe: Any, ctx: BuildContext) -> dict[str, int]:
+    """Build the dataset and the batch sampler as a run does, and drop them: the data checks without training.
+
+    Returns:
+        ``{"train_classes", "train_images", "steps_per_epoch"}``.
+
+    Raises:
+        DataError, ComponentError, RunError: What :func:`build_components` raises for the same recipe before it
+            builds the model.
+    """
+    dataset = build_dataset(recipe, ctx)
+    sampler = build_component(recipe.components["data.sampler"], ctx)
+    return {"train_classes": int(dataset.train.num_classes), "train_images": len(dataset.train),
+            "steps_per_epoch": len(sampler)}
+
+
 def build_components(recipe: Any, ctx: BuildContext) -> Components:
     """Build dataset, sampler, model, loss, miner, regularizers, evaluators and loggers, in that order.
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dmlplug.evaluation.formatting import format_mean_spread
 from dmlplug.protocols import ReportSection
 from dmlplug.report import pictures as _pictures
 from dmlplug.report.runs import Group, RunRecord, choose_metrics, find_runs, group_runs, read_run
@@ -122,9 +123,7 @@ class Report:
 
 def _cell(stat: tuple[float, float, int]) -> str:
     mean, std, n = stat
-    if n == 0:
-        return "–"
-    return f"{mean:.4f}" if n == 1 else f"{mean:.4f} ± {std:.4f}"
+    return format_mean_spread(mean, std, n)
 
 
 def _num(value: float) -> str:

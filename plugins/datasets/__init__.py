@@ -41,6 +41,11 @@ class GlyphsParams(Params):
         "interleaved",
         description='"interleaved": every other class of each family is a test class (class-disjoint, '
                     'same families); "families": whole families are test families (distribution shift).')
+    families: list[str] | None = Field(
+        None,
+        description="Only classes of these families (default: all); num_classes counts the classes kept. A "
+                    "class renders the same images whichever families are chosen, so two datasets with "
+                    "disjoint families share no class (e.g. a feature extractor trained on other families).")
     test_families: list[str] | None = Field(
         None,
         description='Families held out for testing when split = "families" (default: '
@@ -51,7 +56,7 @@ class GlyphsParams(Params):
     cache_dir: str | None = Field(
         None, description="Folder of the generated-data cache (default: $DMLPLUG_CACHE or ~/.cache/dmlplug).")
 
-    @field_validator("test_families")
+    @field_validator("families", "test_families")
     @classmethod
     def _known_families(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
@@ -64,7 +69,7 @@ class GlyphsParams(Params):
                 raise ValueError(f"unknown glyph family {name!r}{did_you_mean(name, FAMILY_NAMES)}; "
                                  f"families are: {', '.join(FAMILY_NAMES)}")
         if not value:
-            raise ValueError("name at least one family to hold out")
+            raise ValueError("name at least one family, or leave the key out")
         return value
 
     @model_validator(mode="after")

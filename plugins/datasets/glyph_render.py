@@ -345,14 +345,17 @@ def _cached_raster(cache: dict[tuple[str, int], Image.Image | None], char: str, 
     return cache[key]
 
 
-def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int) -> GlyphArrays:
+def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int,
+                    families: Sequence[str] | None = None) -> GlyphArrays:
     """Render the glyph dataset in memory (no cache; see ``dmlplug_builtins.datasets.glyphs.load_glyphs``).
 
     Args:
-        num_classes: Number of classes, a prefix of :func:`glyph_catalog`.
+        num_classes: Number of classes, a prefix of :func:`glyph_catalog` (of its classes in ``families``).
         images_per_class: Images rendered per class.
         image_size: Side length of the square greyscale images.
         seed: Seed of the random variations; with the same arguments the arrays are byte-identical.
+        families: Only classes of these families (default: all). A class renders the same images whichever
+            families are chosen, since its images depend on its character alone.
 
     Returns:
         ``GlyphArrays(images, labels, class_names, families)``, grouped by class.
@@ -361,11 +364,17 @@ def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, se
         DataError: More classes are asked for than the installed fonts provide, or a size is invalid.
     """
     catalog = glyph_catalog()
+    if families is not None:
+        # Filtering the round-robin catalogue keeps it round-robin over the chosen families.
+        chosen_families = set(families)
+        catalog = tuple(entry for entry in catalog if entry.family in chosen_families)
     if not 1 <= num_classes <= len(catalog):
+        among = "" if families is None else f" in the families {', '.join(families)}"
         raise DataError(
-            f"the glyph dataset has {len(catalog)} classes; {num_classes} were asked for",
+            f"the glyph dataset has {len(catalog)} classes{among}; {num_classes} were asked for",
             where="dataset.num_classes",
-            fix=f"choose num_classes between 1 and {len(catalog)}",
+            fix=f"choose num_classes between 1 and {len(catalog)}" + ("" if families is None else
+                                                                     ", or add families"),
         )
     if images_per_class < 1 or image_size < 8:
         raise DataError(

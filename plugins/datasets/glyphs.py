@@ -55,12 +55,19 @@ def round_robin(groups: Sequence[Sequence[T]]) -> list[T]:
     return out
 
 
-def catalog_families(num_classes: int) -> list[str]:
+def catalog_families(num_classes: int, families: Sequence[str] | None = None) -> list[str]:
     """The family of each of the first ``num_classes`` catalogue classes, from :data:`CATALOG_FAMILY_SIZES`.
 
-    Shorter than ``num_classes`` when more classes are asked for than the recorded catalogue holds.
+    Args:
+        num_classes: Number of classes.
+        families: Only classes of these families, as the dataset's ``families`` parameter (default: all).
+
+    Returns:
+        A list shorter than ``num_classes`` when more classes are asked for than the recorded catalogue holds.
     """
-    return round_robin([[name] * size for name, size in CATALOG_FAMILY_SIZES.items()])[:num_classes]
+    chosen = CATALOG_FAMILY_SIZES if families is None else {
+        name: size for name, size in CATALOG_FAMILY_SIZES.items() if name in set(families)}
+    return round_robin([[name] * size for name, size in chosen.items()])[:num_classes]
 
 
 def check_glyph_splits(params: GlyphsParams) -> None:
@@ -70,7 +77,7 @@ def check_glyph_splits(params: GlyphsParams) -> None:
     catalogue prefix (:func:`catalog_families`). A ``num_classes`` beyond the recorded catalogue is left to
     :func:`build_bundle`, which checks it against the installed fonts.
     """
-    families = catalog_families(params.num_classes)
+    families = catalog_families(params.num_classes, params.families)
     if len(families) < params.num_classes:
         return
     try:
@@ -87,7 +94,7 @@ def check_glyph_splits(params: GlyphsParams) -> None:
 
 def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
     """The smallest ``num_classes`` above ``params.num_classes`` with no empty split, other settings equal."""
-    every = catalog_families(sum(CATALOG_FAMILY_SIZES.values()))
+    every = catalog_families(sum(CATALOG_FAMILY_SIZES.values()), params.families)
     for count in range(params.num_classes + 1, len(every) + 1):
         try:
             split_glyph_classes(every[:count], params.split, params.test_families, params.val_fraction,
@@ -98,7 +105,8 @@ def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
     return None
 
 
-def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int) -> GlyphArrays:
+def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, seed: int,
+                    families: Sequence[str] | None = None) -> GlyphArrays:
     """Render the glyph dataset in memory, without the cache.
 
     Args:
@@ -107,6 +115,7 @@ def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, se
         images_per_class: Images per class.
         image_size: Side length of the square greyscale images.
         seed: Seed of the variations; the same arguments give byte-identical arrays.
+        families: Only classes of these families (default: all); a class's images do not depend on it.
 
     Returns:
         ``GlyphArrays(images, labels, class_names, families)``: ``N×H×W`` uint8 images grouped by class,
@@ -114,7 +123,7 @@ def generate_glyphs(num_classes: int, images_per_class: int, image_size: int, se
     """
     from dmlplug_builtins.datasets import glyph_render
 
-    return glyph_render.generate_glyphs(num_classes, images_per_class, image_size, seed)
+    return glyph_render.generate_glyphs(num_classes, images_per_class, image_size, seed, families)
 
 
 def default_cache_dir() -> Path:
@@ -122,7 +131,8 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DMLPLUG_CACHE") or Path.home() / ".cache" / "dmlplug").expanduser()
 
 
-def cache_key(num_classes: int, images_per_class: int, image_size: int, seed: int) -> str:
+def cache_key(num_classes: int, images_per_class: int, image_size: int, seed: int,
+              families: Sequence[str] | None = None) -> str:
     """Hash of everything that determines the generated arrays.
 
     It covers the arguments, the generator version, the font files (names and sizes) and the Pillow and
@@ -143,13 +153,15 @@ def cache_key(num_classes: int, images_per_class: int, image_size: int, seed: in
         "pillow": pillow_version,
         "freetype": features.version("freetype2"),
     }
+    if families is not None:  # absent otherwise, so that caches written before the parameter stay valid
+        payload["families"] = sorted(set(families))
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def cache_file(num_classes: int, images_per_class: int, image_size: int, seed: int,
-               cache_dir: str | Path | None = None) -> Path:
+               cache_dir: str | Path | None = None, families: Sequence[str] | None = None) -> Path:
     """Where :func:`load_glyphs` keeps the arrays for these arguments."""
-    return _cache_path(cache_key(num_classes, images_per_class, image_size, seed), num_classes,
+    return _cache_path(cache_key(num_classes, images_per_class, image_size, seed, families), num_classes,
                        images_per_class, image_size, seed, cache_dir)
 
 
@@ -161,16 +173,17 @@ def _cache_path(key: str, num_classes: int, images_per_class: int, image_size: i
 
 
 def load_glyphs(num_classes: int = 300, images_per_class: int = 32, image_size: int = 32, seed: int = 0,
-                cache_dir: str | Path | None = None) -> GlyphArrays:
+                cache_dir: str | Path | None = None, families: Sequence[str] | None = None) -> GlyphArrays:
     """Like :func:`generate_glyphs`, but read from the cache when possible and written to it otherwise."""
-    arrays, _, _ = _load_or_generate(num_classes, images_per_class, image_size, seed, cache_dir)
+    arrays, _, _ = _load_or_generate(num_classes, images_per_class, image_size, seed, cache_dir, families)
     return arrays
 
 
 def _load_or_generate(num_classes: int, images_per_class: int, image_size: int, seed: int,
-                      cache_dir: str | Path | None) -> tuple[GlyphArrays, Path, bool]:
+                      cache_dir: str | Path | None, families: Sequence[str] | None = None
+                      ) -> tuple[GlyphArrays, Path, bool]:
     """The arrays, the cache file, and whether they came from it."""
-    key = cache_key(num_classes, images_per_class, image_size, seed)
+    key = cache_key(num_classes, images_per_class, image_size, seed, families)
     path = _cache_path(key, num_classes, images_per_class, image_size, seed, cache_dir)
     if path.is_file():
         try:
@@ -178,7 +191,7 @@ def _load_or_generate(num_classes: int, images_per_class: int, image_size: int, 
         except Exception as exc:  # any unreadable file is regenerated: the cache is only an optimisation
             warnings.warn(f"glyph dataset cache {path} is unreadable ({type(exc).__name__}: {exc}); "
                           "regenerating it", RuntimeWarning, stacklevel=3)
-    arrays = generate_glyphs(num_classes, images_per_class, image_size, seed)
+    arrays = generate_glyphs(num_classes, images_per_class, image_size, seed, families)
     _write_cache(path, key, arrays)
     return arrays, path, False
 
@@ -281,7 +294,7 @@ def build_bundle(params: GlyphsParams) -> DatasetBundle:
     from dmlplug_builtins.datasets.glyph_render import GENERATOR_VERSION, family_counts
 
     arrays, path, hit = _load_or_generate(params.num_classes, params.images_per_class, params.image_size,
-                                          params.seed, params.cache_dir)
+                                          params.seed, params.cache_dir, params.families)
     splits = split_glyph_classes(arrays.families, params.split, params.test_families,
                                  params.val_fraction, params.seed)
     sources: dict[str, ArraySource] = {}
@@ -298,6 +311,7 @@ def build_bundle(params: GlyphsParams) -> DatasetBundle:
         "images_per_class": params.images_per_class,
         "image_size": params.image_size,
         "split": params.split,
+        "families_kept": params.families,
         "cache_path": str(path),
         "cache_hit": hit,
         "counts": {name: {"classes": src.num_classes, "images": len(src)} for name, src in sources.items()},

@@ -64,6 +64,10 @@ class OodSplitParams(Params):
             self._inner_requires = (*registered.requires, *params.extra_requires())
         return self
 
+    def has_validation_split(self) -> bool:
+        """A few-shot base part validates on the split's ``split_val`` classes; a zero-shot part has no validation."""
+        return self.part == "few_shot_base"
+
     def extra_tags(self) -> tuple[str, ...]:
         """The wrapped dataset's capabilities (known once validated with a registry)."""
         return self._inner_tags

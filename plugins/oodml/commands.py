@@ -58,6 +58,9 @@ def add_commands(app: Any) -> None:
         backbone: str = typer.Option("resnet50", help="timm model of the feature extractor."),
         weights: str = typer.Option(None, help="Local weights file of the extractor (random weights without; "
                                                "a warning says so)."),
+        extractor_run: str = typer.Option(None, help="A dmlplug run (directory or checkpoint) whose trained "
+                                                     "backbone and test transform extract the features, instead "
+                                                     "of --backbone/--weights/--image-size."),
         image_size: int = typer.Option(224, help="Input size of the extractor."),
         batch_size: int = typer.Option(64, help="Images per forward pass."),
         swaps_per_iter: int = typer.Option(2, help="Classes exchanged per swapping iteration (SOP: 1000)."),
@@ -75,11 +78,15 @@ def add_commands(app: Any) -> None:
         import warnings
 
         from dmlplug.devices import resolve_device
+        from dmlplug.errors import RecipeError
         from dmlplug_builtins.oodml.features import ExtractorSpec, generate_splits
         from dmlplug_builtins.oodml.splitfile import save_splits
 
-        spec = ExtractorSpec(model=backbone, weights=weights, image_size=image_size, batch_size=batch_size,
-                             device=resolve_device(device))
+        if extractor_run and weights:
+            raise RecipeError("--extractor-run and --weights both name the extractor's weights",
+                              where="--extractor-run", fix="give one of them")
+        spec = ExtractorSpec(model=backbone, weights=weights, run=extractor_run, image_size=image_size,
+                             batch_size=batch_size, device=resolve_device(device))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             split_file = generate_splits(
@@ -144,7 +151,7 @@ def add_commands(app: Any) -> None:
         if json_output:
             typer.echo(json.dumps(summary.to_json(), indent=2))
             return
-        typer.echo(f"ooDML sweep {sweep_dir} (metrics in %, mean ± std over seeds, {reduce} per run):")
+        typer.echo(f"ooDML sweep {sweep_dir} (mean ± std over seeds, {reduce} per run):")
         typer.echo(summary.table())
         typer.echo("wrote " + ", ".join(str(f) for f in files))
 
@@ -228,6 +235,6 @@ def _add_fewshot(app: Any) -> None:
             typer.echo(json.dumps({"report": str(target), **report.flat_metrics()}, indent=2))
         else:
             typer.echo(f"few-shot adaptation of {loaded.checkpoint} ({report.info['episodes_from']} episodes), "
-                       "mean ± 95% CI over episodes, %:")
+                       "mean ± 95% CI over episodes:")
             typer.echo(report.table())
             typer.echo(f"report: {target}")

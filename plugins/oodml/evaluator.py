@@ -85,4 +85,4 @@ class FewShotEvaluator:
             payload = json.loads(results.read_text(encoding="utf-8"))
             payload["fewshot"] = report.flat_metrics()
             write_json(results, payload)
-        print("few-shot adaptation (mean ± 95% CI over episodes, %):\n" + report.table(), file=sys.stderr)
+        print("few-shot adaptation (mean ± 95% CI over episodes):\n" + report.table(), file=sys.stderr)

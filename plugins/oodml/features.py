@@ -23,10 +23,16 @@ from dmlplug.errors import DataError
 
 @dataclass
 class ExtractorSpec:
-    """The feature extractor of split generation."""
+    """The feature extractor of split generation.
+
+    Either a timm ``model`` with local ``weights`` (random without), or the trained backbone of a dmlplug
+    ``run`` (a run directory or checkpoint), which then brings its own test transform: ``model``, ``weights``,
+    ``image_size`` and ``resize_size`` are not used.
+    """
 
     model: str = "resnet50"
     weights: str | None = None
+    run: str | None = None
     image_size: int = 224
     resize_size: int | None = None
     batch_size: int = 64
@@ -45,14 +51,36 @@ def build_dataset(name: str, params: Mapping[str, Any] | None = None) -> Any:
     return dmlplug.create("dataset", name, **dict(params or {}))
 
 
-def build_extractor(spec: ExtractorSpec) -> Any:
-    """A timm backbone (``(pooled, feature map)`` forward) with local weights, or random weights + warning.
+@dataclass
+class Extractor:
+    """A built feature extractor: the backbone, its transform (None: from the spec) and its provenance."""
+
+    backbone: Any
+    transform: Any
+    info: dict[str, Any]
+
+
+def build_extractor(spec: ExtractorSpec) -> Extractor:
+    """The extractor backbone (``(pooled, feature map)`` forward), its transform and what the split file records.
+
+    A run's trained backbone with the run's test transform; else a timm backbone with local weights, or
+    with random weights and a warning.
 
     Raises:
         ComponentError: Unknown model or unreadable weights.
+        DataError: ``spec.run`` is not a readable dmlplug run or checkpoint.
     """
     import dmlplug
 
+    if spec.run:
+        from dmlplug.files import sha256_file
+
+        loaded = dmlplug.load_run(spec.run, device=spec.device)
+        info = {"backbone": "run", "extractor_run": str(Path(spec.run).resolve()),
+                "extractor_checkpoint": loaded.checkpoint.name,
+                "extractor_checkpoint_sha256": sha256_file(loaded.checkpoint),
+                "image_size": loaded.recipe.data.image_size}
+        return Extractor(loaded.model.backbone.eval(), loaded.test_transform, info)
     if not spec.weights:
         message = (f"ooDML splits from a randomly initialised {spec.model}: FIDs of random features do not "
                    "measure semantic shift; give --weights FILE (e.g. ImageNet weights) for real benchmarks")
@@ -60,22 +88,32 @@ def build_extractor(spec: ExtractorSpec) -> Any:
     backbone = dmlplug.create("backbone", "timm", model=spec.model, pretrained=spec.weights or False,
                               device=spec.device)
     backbone.to(spec.device).eval()
-    return backbone
+    return Extractor(backbone, None, timm_provenance(spec))
+
+
+def timm_provenance(spec: ExtractorSpec) -> dict[str, Any]:
+    """What the split file's ``info`` records of a timm extractor."""
+    return {"backbone": spec.model, "weights": str(Path(spec.weights).name) if spec.weights else None,
+            "image_size": spec.image_size}
 
 
 def class_feature_sums(backbone: Any, sources: Sequence[Any], labels: Sequence[np.ndarray], num_classes: int,
-                       spec: ExtractorSpec, *, augment: str = "dml") -> tuple[np.ndarray, np.ndarray]:
+                       spec: ExtractorSpec, *, augment: str = "dml", transform: Any = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per-class sums (float64, ``C×F``) and counts of the pooled features of every image of ``sources``.
 
     Features are summed as they are computed, so memory does not grow with the number of images
-    (SOP: 120k images). ``labels[i]`` gives the class index of every image of ``sources[i]``.
+    (SOP: 120k images). ``labels[i]`` gives the class index of every image of ``sources[i]``. ``transform``
+    (default: the test transform of ``augment`` at the spec's sizes) prepares the images.
     """
     import torch
 
     from dmlplug.data.transforms import build_transform
     from dmlplug_builtins.oodml.images import image_loader
 
-    transform = build_transform("test", augment=augment, image_size=spec.image_size, resize_size=spec.resize_size)
+    if transform is None:
+        transform = build_transform("test", augment=augment, image_size=spec.image_size,
+                                    resize_size=spec.resize_size)
     sums: torch.Tensor | None = None
     counts = np.zeros(num_classes, dtype=np.int64)
     with torch.no_grad():
@@ -94,8 +132,11 @@ def class_feature_sums(backbone: Any, sources: Sequence[Any], labels: Sequence[n
     return sums.numpy(), counts
 
 
-def dataset_class_means(bundle: Any, backbone: Any, spec: ExtractorSpec) -> dict[str, Any]:
+def dataset_class_means(bundle: Any, backbone: Any, spec: ExtractorSpec, *, transform: Any = None
+                        ) -> dict[str, Any]:
     """Class names, per-class mean features and counts over the union of the bundle's splits.
+
+    ``transform`` prepares the images (default: the test transform the spec's sizes give).
 
     Returns:
         ``{"class_names", "means", "counts", "train", "test", "images_by_class", "feature_dim"}`` where
@@ -120,7 +161,7 @@ def dataset_class_means(bundle: Any, backbone: Any, spec: ExtractorSpec) -> dict
     index = {c: i for i, c in enumerate(names)}
     labels = [np.asarray([index[s.class_names[y]] for y in s.labels.tolist()], dtype=np.int64) for s in sources]
     sums, counts = class_feature_sums(backbone, sources, labels, len(names), spec,
-                                      augment=getattr(bundle, "default_augment", "dml"))
+                                      augment=getattr(bundle, "default_augment", "dml"), transform=transform)
     if (counts == 0).any():
         raise DataError(f"class {names[int(np.argmin(counts))]!r} has no image; every class needs a mean feature")
     _, ids = union_by_class(sources)
@@ -184,9 +225,8 @@ def generate_splits(
     spec = extractor or ExtractorSpec()
     if bundle is None:
         bundle = build_dataset(dataset, dataset_params)
-    if backbone is None:
-        backbone = build_extractor(spec)
-    table = dataset_class_means(bundle, backbone, spec)
+    extractor = build_extractor(spec) if backbone is None else Extractor(backbone, None, timm_provenance(spec))
+    table = dataset_class_means(bundle, extractor.backbone, spec, transform=extractor.transform)
     if min(len(table["train"]), len(table["test"])) < 2:
         raise DataError("the dataset's default split needs at least two train and two test classes")
     candidates = generate_candidates(
@@ -196,9 +236,7 @@ def generate_splits(
     selected = select_evenly(candidates, num_splits)
     info = {
         "dataset_params": dict(dataset_params or {}),
-        "backbone": spec.model,
-        "weights": str(Path(spec.weights).name) if spec.weights else None,
-        "image_size": spec.image_size,
+        **extractor.info,
         "feature_dim": table["feature_dim"],
         "features": "pooled backbone features, class means over train ∪ test",
         "swaps_per_iter": swaps_per_iter, "iterations": iterations, "history": history,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dmlplug.errors import DataError
+from dmlplug.evaluation.formatting import format_mean_spread
 from dmlplug_builtins.oodml import FewShotSettings
 
 if TYPE_CHECKING:
@@ -144,15 +145,15 @@ class FewShotReport:
         return flat
 
     def table(self, metrics: Sequence[str] = ("recall@1", "map@1000")) -> str:
-        """A text table: mean ± confidence half-width in %, zero-shot and adapted, per shot count."""
+        """A text table: mean ± 95% confidence half-width (none for one episode), zero-shot and adapted."""
         lines = [f"{'shots':>5}  {'metric':<22} {'zero-shot':>18} {'adapted':>18}"]
         for k, modes in sorted(self.summary.items()):
             for metric in metrics:
                 cells = []
                 for mode in ("zero_shot", "adapted"):
                     stats = modes.get(mode, {}).get(metric)
-                    cells.append("-" if stats is None else
-                                 f"{100 * stats['mean']:.2f} ± {100 * stats['ci']:.2f}")
+                    cells.append("–" if stats is None else
+                                 format_mean_spread(stats["mean"], stats["ci"], len(stats["values"])))
                 lines.append(f"{k:>5}  {metric:<22} {cells[0]:>18} {cells[1]:>18}")
         return "\n".join(lines)
 

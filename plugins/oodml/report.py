@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import DataError
+from dmlplug.evaluation.formatting import format_value
 from dmlplug.protocols import ReportSection
 
 TITLE = "ooDML"
@@ -51,14 +52,14 @@ def group_fids(groups: Sequence[Any]) -> dict[str, float]:
 
 
 def split_ags(groups: Sequence[Any], fids: dict[str, float], metrics: Sequence[str]) -> dict[str, float]:
-    """AGS of every metric over the groups' best values (in %), for metrics with two or more distinct FIDs."""
+    """AGS of every metric over the groups' best values (fractions), for metrics with two or more distinct FIDs."""
     from dmlplug_builtins.oodml.ags import ags
 
     scores = {}
     for metric in metrics:
         usable = [g for g in groups if g.key in fids and g.stat("best", metric)[2] > 0]
         if len({fids[g.key] for g in usable}) >= 2:
-            scores[metric] = ags([fids[g.key] for g in usable], [100 * g.stat("best", metric)[0] for g in usable])
+            scores[metric] = ags([fids[g.key] for g in usable], [g.stat("best", metric)[0] for g in usable])
     return scores
 
 
@@ -71,8 +72,8 @@ def oodml_section(groups: Sequence[Any], metrics: Sequence[str], figure_dir: Pat
     lines = [f"{len(fids)} of {len(groups)} run groups trained on ooDML splits; column {COLUMN} is the "
              "Fréchet distance of the split's train and test classes."]
     if scores:
-        lines += ["", "AGS (area under the metric-vs-normalised-FID curve, best values in %): "
-                  + ", ".join(f"{m} {v:.2f}" for m, v in scores.items())]
+        lines += ["", "AGS (area under the metric-vs-normalised-FID curve of the best values): "
+                  + ", ".join(f"{m} {format_value(v)}" for m, v in scores.items())]
     figures = []
     if scores and figure_dir is not None:
         figures.append(_save(_metric_vs_fid(groups, fids, list(scores)), figure_dir / "metric_vs_fid.png"))

@@ -1,7 +1,8 @@
 """Summaries of ooDML sweeps: per-split mean ± std over seeds, AGS, metric-vs-FID plot.
 
 ``dmlplug oodml summarize SWEEP_DIR`` reads the run directories a sweep wrote (see
-:mod:`dmlplug_builtins.oodml.sweep`); the numbers are in % (metrics × 100) like the ooDML tables.
+:mod:`dmlplug_builtins.oodml.sweep`). Values are fractions in [0, 1] with four decimals, as in ``results.json``
+and ``dmlplug report`` (the ooDML tables print them × 100); a single seed shows no standard deviation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dmlplug.errors import DataError
+from dmlplug.evaluation.formatting import format_mean_spread, format_value
 from dmlplug_builtins.oodml.ags import ags, normalized_fids
 from dmlplug_builtins.oodml.splitfile import read_split_file
 from dmlplug_builtins.oodml.sweep import MANIFEST, SPLITS, run_directory, run_status
@@ -73,13 +75,19 @@ class SplitRow:
     values: dict[str, list[float]] = field(default_factory=dict)
 
     def mean(self, metric: str) -> float:
-        """Mean over seeds (in %)."""
-        return 100.0 * float(np.mean(self.values[metric]))
+        """Mean over seeds."""
+        return float(np.mean(self.values[metric]))
 
-    def std(self, metric: str) -> float:
-        """Sample standard deviation over seeds (in %); 0 for a single seed."""
+    def std(self, metric: str) -> float | None:
+        """Sample standard deviation over seeds; None for a single seed (there is none)."""
         data = self.values[metric]
-        return 100.0 * float(np.std(data, ddof=1)) if len(data) > 1 else 0.0
+        return float(np.std(data, ddof=1)) if len(data) > 1 else None
+
+    def cell(self, metric: str) -> str:
+        """``mean ± std`` as every dmlplug table shows it (the mean alone for one seed, ``–`` without values)."""
+        if metric not in self.values:
+            return "–"
+        return format_mean_spread(self.mean(metric), self.std(metric), len(self.values[metric]))
 
 
 @dataclass
@@ -95,31 +103,29 @@ class SweepSummary:
     files: list[Path] = field(default_factory=list)
 
     def table(self) -> str:
-        """Text table: split, FID, normalised FID, seeds, then mean ± std (%) per metric; AGS last."""
+        """Text table: split, FID, normalised FID, seeds, then mean ± std per metric; AGS last."""
         fids = [r.fid for r in self.rows]
         normal = normalized_fids(fids) if len(set(fids)) > 1 else np.zeros(len(fids))
         header = f"{'split':>5} {'FID':>9} {'nFID':>6} {'seeds':>5}" + "".join(f" {m:>22}" for m in self.metrics)
         lines = [header]
         for row, x in zip(self.rows, normal, strict=True):
-            cells = "".join(
-                f" {f'{row.mean(m):.2f} ± {row.std(m):.2f}':>22}" if m in row.values else f" {'-':>22}"
-                for m in self.metrics)
+            cells = "".join(f" {row.cell(m):>22}" for m in self.metrics)
             lines.append(f"{row.split_id:>5} {row.fid:>9.2f} {x:>6.3f} {len(row.seeds):>5}{cells}")
-        ags_cells = "".join(f" {self.ags[m]:>22.2f}" if m in self.ags else f" {'-':>22}" for m in self.metrics)
+        ags_cells = "".join(f" {format_value(self.ags.get(m)):>22}" for m in self.metrics)
         lines.append(f"{'AGS':>5} {'':>9} {'':>6} {'':>5}{ags_cells}")
         if self.missing:
             lines.append(f"unfinished runs (split, seed): {self.missing}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready summary (values in %)."""
+        """JSON-ready summary (fractions; ``std`` is null for a single seed)."""
         return {
             "reduce": self.reduce,
             "metrics": self.metrics,
             "ags": self.ags,
             "splits": [{"id": r.split_id, "fid": r.fid, "seeds": r.seeds,
                         "mean": {m: r.mean(m) for m in r.values}, "std": {m: r.std(m) for m in r.values},
-                        "values": {m: [100.0 * v for v in vs] for m, vs in r.values.items()}}
+                        "values": {m: list(vs) for m, vs in r.values.items()}}
                        for r in self.rows],
             "missing_runs": [list(p) for p in self.missing],
         }
@@ -236,11 +242,11 @@ def _figure(summary: SweepSummary) -> Any:
     for metric in summary.metrics:
         rows = [r for r in summary.rows if metric in r.values]
         x = [x_all[r.split_id] for r in rows]
-        label = metric + (f" (AGS {summary.ags[metric]:.2f})" if metric in summary.ags else "")
-        ax.errorbar(x, [r.mean(metric) for r in rows], yerr=[r.std(metric) for r in rows], marker="o",
+        label = metric + (f" (AGS {format_value(summary.ags[metric])})" if metric in summary.ags else "")
+        ax.errorbar(x, [r.mean(metric) for r in rows], yerr=[r.std(metric) or 0.0 for r in rows], marker="o",
                     capsize=3, label=label)
     ax.set_xlabel("min-max normalised FID of the split")
-    ax.set_ylabel("metric (%), mean ± std over seeds")
+    ax.set_ylabel("metric, mean ± std over seeds")
     ax.set_title(f"ooDML: metric vs. distribution shift ({summary.reduce} over epochs)"
                  if summary.reduce == "max" else f"ooDML: metric vs. distribution shift ({summary.reduce})")
     ax.grid(True, alpha=0.3)

@@ -22,6 +22,7 @@ import copy
 import hashlib
 import json
 import shutil
+import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,12 +56,13 @@ def run_status(directory: Path) -> str | None:
 
 @dataclass
 class SweepReport:
-    """What a sweep did: run directories that ran, were skipped, per (split, seed)."""
+    """What a sweep did: the (split, seed) runs that ran, were skipped or restarted, and how long each that ran took."""
 
     sweep_dir: Path
     ran: list[tuple[int, int]] = field(default_factory=list)
     skipped: list[tuple[int, int]] = field(default_factory=list)
     restarted: list[tuple[int, int]] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
 
 
 def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], sweep_dir: str | Path,
@@ -124,6 +126,7 @@ def run_sweep(
     device: str | None = None,
     quiet: bool = True,
     runner: Callable[..., Any] | None = None,
+    check_data: bool = True,
     echo: Callable[[str], None] = print,
 ) -> SweepReport:
     """Train and evaluate ``recipe`` on every split (or ``split_ids``) for every seed.
@@ -131,7 +134,9 @@ def run_sweep(
     Each split gets its own recipe, ``SWEEP_DIR/split-<id>/recipe.toml`` (see :func:`split_recipe`); each run
     trains it with ``overrides`` (see :func:`wrapped_overrides`) and ``run.seed`` into the run directory
     :func:`run_directory`. Finished runs are skipped; an unfinished run directory (interrupted or failed) is
-    deleted and its run started again.
+    deleted and its run started again. Before the first run, every split with a run to do has its data checked
+    (:func:`dmlplug.check_data`: dataset and sampler built, nothing trained), so a split the recipe cannot train
+    on (too few classes for the sampler, say) stops the sweep in seconds, not after the runs before it.
 
     Args:
         recipe: The recipe file; its ``[data.dataset]`` is the dataset every split re-partitions.
@@ -145,6 +150,7 @@ def run_sweep(
         quiet: No progress bars.
         runner: Replacement for :func:`dmlplug.run` (tests), called as ``runner(recipe_path, overrides, out=,
             device=, quiet=)``.
+        check_data: Check every pending split's data before the first run.
         echo: Where progress lines go.
 
     Raises:
@@ -152,29 +158,43 @@ def run_sweep(
         RecipeError: The recipe is invalid.
         RunError: The sweep directory belongs to another sweep (see :func:`prepare_sweep`), or the recipe
             already selects an ooDML split.
+        DmlplugError: A split's data check fails (the error of :func:`dmlplug.check_data`, naming the split).
     """
     import dmlplug
+    from dmlplug_builtins.oodml.splitfile import read_split_file
 
     runner = runner or dmlplug.run
     if not seeds:
         raise RunError("no seeds given", where="--seeds", fix="e.g. --seeds 0,1,2")
     if part not in PARTS:
         raise RunError(f"--part must be one of {', '.join(PARTS)}, got {part!r}", where="--part")
-    base = base_recipe(recipe, overrides)
-    splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part)
-    available = [s.id for s in split_file.splits]
+    base = base_recipe(recipe)
+    available = [s.id for s in read_split_file(splits).splits]
     chosen = list(split_ids) if split_ids else available
     unknown = [i for i in chosen if i not in available]
     if unknown:
         raise DataError(f"split id {unknown[0]} is not in the split file", where=str(splits),
                         fix=f"use ids among {available}")
-    report = SweepReport(Path(sweep_dir))
     forwarded = wrapped_overrides(overrides)
+    first_run = [*forwarded, f"run.seed={int(seeds[0])}"]
+    # Everything is checked before the sweep directory is made, so that a fix (another --set) can reuse --out.
+    # The recipes checked are the wrapped ones the runs train: a few-shot base part has the validation split
+    # that `evaluation.split = "val"` needs, which the plain recipe lacks.
+    for split_id in chosen:
+        wrapped = split_recipe(base, Path(splits).resolve(), split_id, part)
+        dmlplug.validate(wrapped, first_run)
+        pending = any(run_status(run_directory(sweep_dir, split_id, seed)) != "completed" for seed in seeds)
+        if check_data and pending:
+            check_split(wrapped, first_run, split_id)
+    splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part)
+    report = SweepReport(Path(sweep_dir))
     total = len(chosen) * len(seeds)
     done = 0
+    split_paths = {split_id: write_split_recipe(split_recipe(base, splits_copy.resolve(), split_id, part),
+                                                Path(sweep_dir) / f"split-{split_id:02d}" / RECIPE, recipe)
+                   for split_id in chosen}
     for split_id in chosen:
-        split_path = write_split_recipe(split_recipe(base, splits_copy.resolve(), split_id, part),
-                                        Path(sweep_dir) / f"split-{split_id:02d}" / RECIPE, recipe)
+        split_path = split_paths[split_id]
         for seed in seeds:
             done += 1
             directory = run_directory(sweep_dir, split_id, seed)
@@ -188,25 +208,58 @@ def run_sweep(
                 shutil.rmtree(directory)
                 report.restarted.append((split_id, seed))
             echo(f"[{done}/{total}] split {split_id} seed {seed}: running -> {directory}")
+            started = time.perf_counter()
             runner(split_path, [*forwarded, f"run.seed={int(seed)}"], out=directory, device=device, quiet=quiet)
             report.ran.append((split_id, seed))
+            report.seconds.append(time.perf_counter() - started)
+            echo(f"[{done}/{total}] split {split_id} seed {seed}: finished in {report.seconds[-1]:.0f} s"
+                 + remaining_time(report.seconds, total - done))
     return report
 
 
-def base_recipe(recipe: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The recipe as a TOML dict, after checking that it validates (with ``overrides``) and wraps nothing.
+def remaining_time(seconds: Sequence[float], runs_left: int) -> str:
+    """``"; about 12 min left"`` from the mean time of the runs so far (empty when nothing is left)."""
+    if not runs_left or not seconds:
+        return ""
+    left = runs_left * sum(seconds) / len(seconds)
+    return f"; about {left / 60:.0f} min left" if left >= 90 else f"; about {left:.0f} s left"
+
+
+def check_split(wrapped: dict[str, Any], overrides: Sequence[str], split_id: int) -> None:
+    """:func:`dmlplug.check_data` of one split's recipe (see :func:`split_recipe`); its error names the split.
 
     Raises:
-        RecipeError: The recipe (with the overrides) is invalid.
-        RunError: The file is missing, or its dataset is already an ``oodml_split``.
+        DmlplugError: The error of the check, of the same class, with ``split <id>:`` in front.
     """
     import dmlplug
+    from dmlplug.errors import DmlplugError
+
+    try:
+        dmlplug.check_data(wrapped, list(overrides))
+    except DmlplugError as exc:
+        raise type(exc)(f"split {split_id} cannot be trained: {exc.what}", where=exc.where or f"split {split_id}",
+                        fix=exc.fix) from None
+
+
+def base_recipe(recipe: str | Path) -> dict[str, Any]:
+    """The recipe as a TOML dict, after checking that it wraps nothing (the sweep validates the wrapped recipes).
+
+    Raises:
+        RecipeError: The file is not TOML.
+        RunError: The file is missing, or its dataset is already an ``oodml_split``.
+    """
+    from dmlplug.errors import RecipeError
 
     path = Path(recipe)
     if not path.is_file():
         raise RunError(f"recipe file not found: {path}", fix="check the path")
-    dmlplug.validate(path, list(overrides))
-    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{path} is not valid TOML: {exc}", where=str(path)) from None
+    if not isinstance(raw.get("data"), dict) or not isinstance(raw["data"].get("dataset"), dict):
+        raise RecipeError("the recipe has no [data.dataset] table for the sweep to wrap", where=str(path),
+                          fix='add [data.dataset] with the plain dataset, e.g. name = "cub200"')
     if raw["data"]["dataset"].get("name") == "oodml_split":
         raise RunError("the recipe already selects an ooDML split ([data.dataset] name = \"oodml_split\")",
                        where=str(path), fix="give the recipe of the plain dataset: the sweep wraps its "

@@ -205,6 +205,16 @@ def test_example_distributions_import_only_the_public_api():
     assert not found, "example plugins reach past the public API:\n" + "\n".join(map(str, found))
 
 
+def test_studies_import_only_the_public_api():
+    """The studies (studies/*.py) are user code: they use what any user or plugin may use."""
+    found = []
+    files = sorted((ROOT / "studies").glob("*.py"))
+    assert files
+    for path in files:
+        found += plugin_violations(path.read_text(), path.stem, str(path.relative_to(ROOT)), False, own=path.stem)
+    assert not found, "studies reach past the public API:\n" + "\n".join(map(str, found))
+
+
 def test_the_host_never_imports_the_builtin_plugins():
     found = []
     for path, module, is_package in _modules(ROOT / "dmlplug", HOST):

@@ -106,9 +106,9 @@ def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
     report, text = write_report([tmp_path / "runs"], out)
     fids = group_fids(report.groups)
     assert [fids[g.key] for g in report.groups] == [20.0, 60.0, 120.0]  # ordered by shift (split id)
-    expected = ags([20, 60, 120], [70.0, 50.0, 30.0])
+    expected = ags([20, 60, 120], [0.7, 0.5, 0.3])  # fractions, like every value in the report
     assert split_ags(report.groups, fids, report.metrics)["recall@1"] == pytest.approx(expected)
-    assert f"recall@1 {expected:.2f}" in text and "## ooDML" in text
+    assert f"recall@1 {expected:.4f}" in text and "## ooDML" in text
     assert text.splitlines()[2].startswith("| run | seeds | FID | final recall@1 |")
     assert [line.split(" | ")[2] for line in text.splitlines()[4:7]] == ["20.00", "60.00", "120.00"]
     figure = tmp_path / "report_figures" / "metric_vs_fid.png"

@@ -358,6 +358,57 @@ def test_unknown_family_is_a_recipe_error_with_a_suggestion():
         dmlplug.create("dataset", "glyphs", split="families", test_families=["greeek"])
 
 
+# --- families kept ---------------------------------------------------------------------------------------
+
+
+def test_kept_families_render_exactly_the_same_classes_and_images_as_the_full_catalogue():
+    # Oracle: the full catalogue prefix, filtered by family afterwards.
+    kept = ["greek", "braille", "yijing"]
+    full = generate_glyphs(75, 3, 16, seed=1)
+    subset = generate_glyphs(9, 3, 16, seed=1, families=kept)
+    chosen = [c for c, family in enumerate(full.families) if family in kept][:9]
+    assert subset.class_names == [full.class_names[c] for c in chosen]
+    assert subset.families == catalog_families(9, kept)
+    for position, c in enumerate(chosen):
+        assert np.array_equal(subset.images[subset.labels == position], full.images[full.labels == c])
+
+
+def test_disjoint_families_give_datasets_without_a_shared_class(cache_dir):
+    study = build_bundle(cache_dir, num_classes=30, images_per_class=2, image_size=16, families=["greek", "lao"])
+    other = build_bundle(cache_dir, num_classes=30, images_per_class=2, image_size=16, families=["braille"])
+    names = lambda bundle: {*bundle.train.class_names, *bundle.test.class_names}  # noqa: E731
+    assert len(names(study)) == len(names(other)) == 30
+    assert not names(study) & names(other)
+    assert {n.split(":")[0] for n in names(study)} == {"greek", "lao"}
+    assert study.info["families_kept"] == ["greek", "lao"]
+
+
+def test_kept_families_change_the_cache_key_but_not_the_key_without_them(tmp_path):
+    plain = cache_file(10, 4, 32, 0, tmp_path)
+    assert cache_file(10, 4, 32, 0, tmp_path, families=None) == plain
+    assert cache_file(10, 4, 32, 0, tmp_path, families=["greek"]) != plain
+    assert cache_file(10, 4, 32, 0, tmp_path, families=["greek", "lao"]) == \
+        cache_file(10, 4, 32, 0, tmp_path, families=["lao", "greek"])
+
+
+def test_validate_checks_kept_families_and_the_splits_they_leave():
+    recipe = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "quickstart.toml")
+    with pytest.raises(RecipeError, match="did you mean 'greek'"):
+        dmlplug.validate(recipe, ['data.dataset.families=["greeek"]'])
+    with pytest.raises(RecipeError, match="at least one family"):
+        dmlplug.validate(recipe, ["data.dataset.families=[]"])
+    # One family, split by families with that family held out: nothing is left to train on.
+    with pytest.raises(RecipeError, match="train split has no classes"):
+        dmlplug.validate(recipe, ['data.dataset.families=["greek"]', 'data.dataset.split="families"',
+                                  'data.dataset.test_families=["greek"]', "data.dataset.num_classes=20"])
+    dmlplug.validate(recipe, ['data.dataset.families=["greek"]', "data.dataset.num_classes=20"])
+
+
+def test_more_classes_than_the_kept_families_hold_is_a_data_error_naming_them():
+    with pytest.raises(DataError, match="34 classes in the families greek; 35 were asked for"):
+        generate_glyphs(35, 2, 16, seed=0, families=["greek"])
+
+
 def test_params_are_documented_and_registered_through_the_hook():
     info = PluginHost().load(entry_points=False).registry.get("datasets", "glyphs")
     assert info.params is GlyphsParams and info.description

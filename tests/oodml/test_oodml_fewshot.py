@@ -188,3 +188,14 @@ def test_fewshot_evaluator_refuses_saved_embeddings():
     evaluator = info.build(info.validate({"shots": [2]}, where="test"), None)
     with pytest.raises(ComponentError, match="cannot evaluate saved embeddings"):
         evaluator.evaluate(EvalContext(np.eye(4, dtype=np.float32), np.array([0, 0, 1, 1])))
+
+
+def test_the_report_table_uses_report_units_and_no_interval_for_one_episode():
+    from dmlplug_builtins.oodml.fewshot import FewShotReport
+
+    stats = {"recall@1": {"mean": 0.61234, "ci": 0.0456, "values": [0.6, 0.62468]},
+             "map@1000": {"mean": 0.5, "ci": float("nan"), "values": [0.5]}}
+    report = FewShotReport(summary={2: {"zero_shot": stats, "adapted": stats}})
+    recall, map_line = report.table().splitlines()[1:]
+    assert recall.split()[-3:] == ["0.6123", "±", "0.0456"] and "61.23" not in recall
+    assert map_line.split()[-2:] == ["0.5000", "0.5000"]  # one episode: a mean, no "± nan"

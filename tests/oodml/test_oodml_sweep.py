@@ -127,7 +127,7 @@ def fake_sweep(root, results):
 
 def test_summary_statistics_and_ags_oracle(tmp_path):
     runs = {
-        # Split 1: recall max over trained epochs 0.8 and 0.6 -> mean 70, sample std 14.142.
+        # Split 1: recall max over trained epochs 0.8 and 0.6 -> mean 0.7, sample std 0.14142.
         (1, 0): [(0, {"recall@1": 0.9}), (1, {"recall@1": 0.8}), (2, {"recall@1": 0.5})],
         (1, 1): [(0, {"recall@1": 0.1}), (1, {"recall@1": 0.4}), (2, {"recall@1": 0.6})],
         (3, 0): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.5}), (2, {"recall@1": 0.3})],
@@ -140,17 +140,23 @@ def test_summary_statistics_and_ags_oracle(tmp_path):
     assert run_metrics(run_directory(tmp_path, 1, 0), "best") == {"recall@1": 0.8}
     summary = summarize_sweep(tmp_path)
     rows = {r.split_id: r for r in summary.rows}
-    assert rows[1].mean("recall@1") == pytest.approx(70.0)
-    assert rows[1].std("recall@1") == pytest.approx(100 * np.std([0.8, 0.6], ddof=1))
-    assert rows[3].std("recall@1") == 0.0 and rows[2].seeds == [0]
-    # FIDs 10, 20, 30 -> x 0, .5, 1; scores 70, 50, 40 -> trapezoids (60 + 45) / 2 = 52.5.
-    assert summary.ags["recall@1"] == pytest.approx(52.5)
-    assert summary.ags["recall@1"] == pytest.approx(ags([10, 30, 20], [70, 40, 50]))
+    assert rows[1].mean("recall@1") == pytest.approx(0.7)
+    assert rows[1].std("recall@1") == pytest.approx(np.std([0.8, 0.6], ddof=1))
+    assert rows[3].std("recall@1") == 0.0 and rows[2].seeds == [0] and rows[2].std("recall@1") is None
+    # FIDs 10, 20, 30 -> x 0, .5, 1; scores 0.7, 0.5, 0.4 -> trapezoids (0.6 + 0.45) / 2 = 0.525.
+    assert summary.ags["recall@1"] == pytest.approx(0.525)
+    assert summary.ags["recall@1"] == pytest.approx(ags([10, 30, 20], [0.7, 0.4, 0.5]))
+    # The units of results.json and `dmlplug report`; one seed has no spread to show.
+    lines = {line.split()[0]: line for line in summary.table().splitlines()}
+    assert "0.7000 ± 0.1414" in lines["1"] and "0.5000 ± 0.0000" in lines["3"]
+    assert lines["2"].rstrip().endswith(" 0.4000") and "±" not in lines["2"]
+    assert lines["AGS"].rstrip().endswith("0.5250")
     assert summary.missing == [(2, 1)]
     files = write_outputs(summary, tensorboard=False)
     assert (tmp_path / "ags.png").stat().st_size > 1000 and tmp_path / "summary.json" in files
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["ags"]["recall@1"] == pytest.approx(52.5)
+    assert saved["ags"]["recall@1"] == pytest.approx(0.525)
+    assert {r["id"]: r["std"]["recall@1"] for r in saved["splits"]}[2] is None  # one seed: no std, not 0
     with pytest.raises(DataError, match="'map@1000' is not in the runs"):
         summarize_sweep(tmp_path, metrics=["map@1000"])
 
@@ -175,12 +181,16 @@ def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
         (Path(out) / "results.json").write_text(json.dumps({"status": status}))
 
     sweep = tmp_path / "sweep"
-    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
-                       overrides=["data.dataset.num_classes=40"])
-    assert calls == [(1, 0), (1, 1), (2, 0), (2, 1)] and report.ran == calls
+    # The toy class names a..d are not glyph classes: the data check (tested below) is off for the fake runner.
+    lines = []
+    report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lines.append,
+                       overrides=["data.dataset.num_classes=40"], check_data=False)
+    assert calls == [(1, 0), (1, 1), (2, 0), (2, 1)] and report.ran == calls and len(report.seconds) == 4
+    finished = [line for line in lines if "finished in" in line]
+    assert len(finished) == 4 and "s left" in finished[0] and "left" not in finished[-1]
     calls.clear()
     report = run_sweep(recipe, split_path, seeds=[0, 1], sweep_dir=sweep, runner=runner, echo=lambda _: None,
-                       overrides=["data.dataset.num_classes=40"])
+                       overrides=["data.dataset.num_classes=40"], check_data=False)
     assert calls == [(2, 1)] and report.restarted == [(2, 1)] and len(report.skipped) == 3
     with pytest.raises(RunError, match="different --part"):
         run_sweep(recipe, split_path, seeds=[0], sweep_dir=sweep, runner=runner, part="few_shot_base",
@@ -286,3 +296,99 @@ def test_oodml_cli_splits_run_summarize(tmp_path):
     means = [s["mean"]["recall@1"] for s in summary["splits"]]
     assert summary["ags"]["recall@1"] == pytest.approx(ags([s.fid for s in generated.splits], means))
     assert (sweep / "ags.png").is_file() and any((sweep / "tb").iterdir())
+
+
+def test_splits_from_a_trained_run_use_its_backbone_and_test_transform(tmp_path):
+    """`--extractor-run`: the class means are those of the run's own backbone on its test transform (oracle:
+    the features recomputed through `dmlplug.load_run`), and the split file names the checkpoint by hash."""
+    import hashlib
+
+    import dmlplug
+    from dmlplug_builtins.oodml.features import ExtractorSpec, build_extractor, dataset_class_means, generate_splits
+    from dmlplug_builtins.oodml.swapping import class_means
+
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY_RECIPE)
+    run_dir = tmp_path / "extractor"
+    dmlplug.run(recipe, ["data.dataset.num_classes=24", "data.dataset.images_per_class=4",
+                         'data.dataset.families=["braille", "arrows"]'], out=run_dir, device="cpu", quiet=True)
+    study = dmlplug.create("dataset", "glyphs", num_classes=20, images_per_class=4, families=["greek", "lao"])
+    spec = ExtractorSpec(run=str(run_dir), batch_size=7)
+    extractor = build_extractor(spec)
+    table = dataset_class_means(study, extractor.backbone, spec, transform=extractor.transform)
+
+    loaded = dmlplug.load_run(run_dir)
+    features, labels = [], []
+    with torch.no_grad():
+        for offset, source in ((0, study.train), (study.train.num_classes, study.test)):
+            for i in range(len(source)):
+                image = loaded.test_transform(source.load_image(i))[None]
+                features.append(loaded.model.backbone(image)[0][0].double().numpy())
+                labels.append(offset + int(source.labels[i]))
+    expected, _ = class_means(np.array(features), np.array(labels))
+    np.testing.assert_allclose(table["means"], expected, rtol=1e-4, atol=1e-6)
+
+    split_file = generate_splits("glyphs", extractor=spec, bundle=study, num_splits=2, swaps_per_iter=1,
+                                 iterations=3, removal=False, shots=(1,), episodes=1)
+    info = split_file.info
+    assert info["backbone"] == "run" and info["extractor_checkpoint"] == "best.pt"
+    checkpoint = run_dir / "checkpoints" / "best.pt"
+    assert info["extractor_checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+
+
+def test_splits_refuse_two_sources_of_extractor_weights(tmp_path):
+    result = run_cli("oodml", "splits", "--dataset", "glyphs", "--out", tmp_path / "s.json",
+                     "--extractor-run", tmp_path, "--weights", tmp_path / "w.pth")
+    assert result.returncode != 0 and "--extractor-run and --weights" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "s.json").exists()
+
+
+def test_a_split_the_sampler_cannot_fill_stops_the_sweep_before_any_run(tmp_path):
+    """Found by the glyph study: split 2 of a small dataset had 15 training classes, fewer than the 16 a batch of 32
+    with m = 2 needs, and the sweep failed only after the runs of split 1. Now no run starts."""
+    import dmlplug
+
+    bundle = dmlplug.create("dataset", "glyphs", num_classes=40, images_per_class=8)
+    names = bundle.train.class_names + bundle.test.class_names
+    splits = [OodSplit(id=1, fid=1.0, train=names[:20], test=names[20:], split_train=names[:15],
+                       split_val=names[15:20], episodes={}),
+              OodSplit(id=2, fid=2.0, train=names[:15], test=names[15:], split_train=names[:11],
+                       split_val=names[11:15], episodes={})]
+    split_path = save_splits(tmp_path / "s.json", SplitFile(splits=splits))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE.replace("m = 4", "m = 2"))
+    ran = []
+    with pytest.raises(Exception) as caught:
+        run_sweep(recipe, split_path, seeds=[0], sweep_dir=tmp_path / "sweep", echo=lambda _: None,
+                  overrides=["data.dataset.num_classes=40", "data.dataset.images_per_class=8"],
+                  runner=lambda *args, **kwargs: ran.append(args))
+    message = str(caught.value)
+    assert "split 2 cannot be trained" in message and "needs 16 distinct classes per batch" in message
+    assert "fix:" in message and ran == [] and not (tmp_path / "sweep").exists()  # a fixed --set can reuse --out
+
+
+def test_the_sweep_validates_the_wrapped_recipes_before_making_its_directory(tmp_path):
+    """Found by the glyph study: `--part few_shot_base --set evaluation.split=val` (the documented few-shot base
+    sweep) was refused because the plain recipe, not the wrapped one, was validated."""
+    splits = [OodSplit(id=1, fid=1.0, train=["a", "b"], test=["c", "d"], split_train=["a"], split_val=["b"],
+                       episodes={})]
+    split_path = save_splits(tmp_path / "s.json", SplitFile(splits=splits))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE)
+    ran = []
+
+    def runner(recipe_path, overrides, *, out, device, quiet):
+        ran.append(overrides)
+        Path(out).mkdir(parents=True)
+        (Path(out) / "results.json").write_text(json.dumps({"status": "completed"}))
+
+    run_sweep(recipe, split_path, seeds=[0], sweep_dir=tmp_path / "base", part="few_shot_base", runner=runner,
+              overrides=["evaluation.split=val"], check_data=False, echo=lambda _: None)
+    assert ran == [["evaluation.split=val", "run.seed=0"]]
+    from dmlplug.errors import RecipeError
+
+    for overrides in (["evaluation.split=val"], ["data.batch_size=0"]):  # no validation split; invalid value
+        with pytest.raises(RecipeError):
+            run_sweep(recipe, split_path, seeds=[0], sweep_dir=tmp_path / "zero", runner=runner,
+                      overrides=overrides, check_data=False, echo=lambda _: None)
+        assert not (tmp_path / "zero").exists()  # nothing written: the same --out stays usable
