@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -155,8 +156,13 @@ class Study:
         """Every step, skipping those whose results exist."""
         s = self.settings
         if not completed(self.extractor):
+            # An interrupted extractor run continues from its last checkpoint; one stopped before its first
+            # checkpoint starts again (`dmlplug run` refuses a non-empty --out without --resume).
+            resume = (self.extractor / "checkpoints" / "last.pt").is_file()
+            if self.extractor.exists() and not resume:
+                shutil.rmtree(self.extractor)
             self.dmlplug("extractor", "run", RECIPES / "extractor.toml", "--out", self.extractor,
-                         *sets(s.extractor_overrides))
+                         *sets(s.extractor_overrides), *(["--resume"] if resume else []))
         if not self.splits.is_file():
             self.dmlplug("splits", "oodml", "splits", *split_dataset_options(s), "--extractor-run", self.extractor,
                          "--num-splits", s.num_splits, "--shots", ",".join(map(str, s.shots)),

@@ -130,6 +130,32 @@ def test_the_study_recipes_differ_only_in_the_method():
     assert not set(extractor) & set(base["data"]["dataset"]["families"])
 
 
+class FirstCommandOnly(Exception):
+    pass
+
+
+def test_an_interrupted_extractor_resumes_from_its_checkpoint_or_starts_again(tmp_path):
+    from glyphs_oodml import Study, StudySettings
+
+    class Recording(Study):
+        def dmlplug(self, step, *args):
+            self.issued = [str(a) for a in args]
+            raise FirstCommandOnly
+
+    extractor = tmp_path / "extractor"
+    (extractor / "checkpoints").mkdir(parents=True)
+    (extractor / "results.json").write_text('{"status": "interrupted"}')
+    (extractor / "checkpoints" / "last.pt").write_bytes(b"checkpoint")
+    study = Recording(StudySettings(tmp_path))
+    with pytest.raises(FirstCommandOnly):
+        study.run()
+    assert study.issued[-1] == "--resume" and extractor.is_dir()
+    (extractor / "checkpoints" / "last.pt").unlink()  # stopped before its first checkpoint
+    with pytest.raises(FirstCommandOnly):
+        study.run()
+    assert "--resume" not in study.issued and not extractor.exists()
+
+
 def fake_numbers(cells, fids):
     """Numbers in the page's layout: ``cells[method] = [per-split seed values]``."""
     methods = {}
