@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from glyphs_oodml import LOG, METHODS, RECIPES, fewshot_run, most_shifted_split
+from glyphs_oodml import LOG, METHODS, fewshot_run, most_shifted_split
 
 from dmlplug.evaluation.formatting import format_mean_spread, format_value
 from dmlplug_builtins.oodml.ags import ags
@@ -54,9 +55,9 @@ def collect(study: Path) -> dict[str, Any]:
         "settings": settings,
         "machine": log.get("machine"),
         "commands": [{**c, "command": c["command"].replace(str(study), "STUDY")} for c in log["commands"]],
-        "protocol": protocol(settings),
+        "protocol": protocol(study, settings),
         "extractor": {"recall@1": extractor["metrics"].get("recall@1"), "recipe": "recipes/study/extractor.toml",
-                      "families": extractor_families()},
+                      "families": extractor_families(study)},
         "splits": [{k: s[k] for k in ("id", "fid", "train", "test", "generator_key")} for s in splits["splits"]],
         "split_info": {k: v for k, v in splits["info"].items() if k not in ("extractor_run",)},
         "most_shifted": hardest,
@@ -65,24 +66,24 @@ def collect(study: Path) -> dict[str, Any]:
     }
 
 
-def protocol(settings: dict[str, Any]) -> dict[str, Any]:
-    """What every study run shares, read from the baseline recipe with the study's overrides."""
-    import dmlplug
-
-    recipe = dmlplug.validate(RECIPES / f"{settings['methods'][0]}.toml", list(settings["overrides"])).resolved()
-    dataset = recipe["data"]["dataset"]
+def protocol(study: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """What every study run shares, from the recipe a baseline run actually trained (``recipe.resolved.toml``)."""
+    run_dir = next((study / "sweeps" / settings["methods"][0]).glob("split-*/seed-*/recipe.resolved.toml"))
+    recipe = tomllib.loads(run_dir.read_text())
+    dataset = recipe["data"]["dataset"]["dataset"]  # inside the sweep's oodml_split wrapper
+    head = recipe["head"]
     return {"families": dataset["families"], "num_classes": dataset["num_classes"],
             "images_per_class": dataset["images_per_class"], "image_size": recipe["data"]["image_size"],
             "batch_size": recipe["data"]["batch_size"], "epochs": recipe["run"]["epochs"],
             "backbone": recipe["backbone"].get("model", recipe["backbone"]["name"]),
+            "embedding_size": head.get("embedding_size") or sum(head["heads"].values()),
             "overrides": settings["overrides"]}
 
 
-def extractor_families() -> list[str]:
-    """The glyph families the split-generation extractor trains on."""
-    import dmlplug
-
-    return dmlplug.validate(RECIPES / "extractor.toml").resolved()["data"]["dataset"]["families"]
+def extractor_families(study: Path) -> list[str]:
+    """The glyph families the split-generation extractor trained on (its run's resolved recipe)."""
+    recipe = tomllib.loads((study / "extractor" / "recipe.resolved.toml").read_text())
+    return recipe["data"]["dataset"]["families"]
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -177,8 +178,8 @@ def render(data: dict[str, Any], figure_name: str) -> str:
         f"* **Data**: glyphs of {len(p['families'])} families ({', '.join(p['families'])}), {p['num_classes']} "
         f"classes × {p['images_per_class']} images at {p['image_size']} px.",
         f"* **Runs**: the five recipes in `recipes/study/` share data, backbone ({p['backbone']}, random init), "
-        f"64-d embedding, batch {p['batch_size']}, {epochs(p)}, Adam and evaluation; only the method "
-        "differs. Each run's value is its best test evaluation after training started (the ooDML reporting "
+        f"{p['embedding_size']}-d embedding, batch {p['batch_size']}, {epochs(p)}, Adam and evaluation; only the "
+        "method differs. Each run's value is its best test evaluation after training started (the ooDML reporting "
         "protocol, `dmlplug oodml summarize --reduce max`)."
         + (f" Overrides of every run: `{' '.join(p['overrides'])}`." if p["overrides"] else "")
         + " mAP@1000 is the standard normalisation (`map@1000`, divided by R); the ooDML tables divide by R + 1 "
