@@ -11,6 +11,12 @@ times each, in one process, so load on the machine affects both alike. Reported:
 ``--warmup`` steps of every round, and the mean step over that window (on a GPU, where neither side waits
 for the device every step, a step's timestamp is when it was queued: the window mean is the figure to read).
 
+The machine's speed drifts by more than the difference being measured (the same bare loop took 240 to
+280 ms per step in different minutes), so the headline ratio pairs each dmlplug round with the bare round
+next to it: ``pair ratio = median step of the dmlplug round / median step of the adjacent bare round``, and
+the reported ratio is the median over pairs, with the range of the pair ratios beside it. Many short
+rounds beat few long ones for this.
+
 Examples::
 
     python benchmarks/train_speed.py                    # CPU preset: quickstart shapes, workers 0 and 2
@@ -159,15 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--workers", default=None, help="comma-separated worker counts (default: the preset's)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per round (default 40, quick 12)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per round (default 30, quick 12)")
     parser.add_argument("--warmup", type=int, default=None, help="steps of each round not counted (default 5)")
-    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side (default 3, quick 1)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per side (default 8, quick 1)")
     parser.add_argument("--quick", action="store_true", help="a fast smoke run")
     args = parser.parse_args(argv)
     p = PRESETS[args.preset]
-    steps = args.steps or (12 if args.quick else 40)
+    steps = args.steps or (12 if args.quick else 30)
     warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 8)
     workers = [int(w) for w in args.workers.split(",")] if args.workers else p.workers
     if warmup >= steps - 1:
         parser.error("--warmup must leave at least two timed steps")
@@ -187,23 +193,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for w in workers:
             timed: dict[str, list[float]] = {"dmlplug": [], "bare": []}
+            pair_ratios = []
             for r in range(rounds):
                 # alternate which side goes first, so a slow phase of the machine hits both
                 order = ("dmlplug", "bare") if r % 2 == 0 else ("bare", "dmlplug")
+                round_median = {}
                 for side in order:
                     if side == "dmlplug":
                         t = run_dmlplug(p, w, steps, Path(tmp) / f"w{w}r{r}")
                     else:
                         t = run_bare(p, w, steps, bundle.train)
-                    timed[side] += t[warmup - 1:]  # t[0] is the time between steps 1 and 2
+                    t = t[warmup - 1:]  # t[0] is the time between steps 1 and 2
+                    timed[side] += t
+                    round_median[side] = statistics.median(t)
+                pair_ratios.append(round_median["dmlplug"] / round_median["bare"])
+                print(f"workers={w} round {r + 1}/{rounds}: bare {round_median['bare'] * 1e3:.1f} ms, "
+                      f"dmlplug {round_median['dmlplug'] * 1e3:.1f} ms, ratio {pair_ratios[-1]:.3f}", flush=True)
             med = {side: statistics.median(t) for side, t in timed.items()}
             mean = {side: statistics.fmean(t) for side, t in timed.items()}
             for side in ("bare", "dmlplug"):
                 print(f"workers={w} {side:8s} median step {med[side] * 1e3:8.1f} ms  "
                       f"{p.batch_size / med[side]:8.0f} images/s  (mean {mean[side] * 1e3:.1f} ms, "
                       f"{len(timed[side])} steps)")
-            print(f"workers={w} ratio dmlplug / bare = {med['dmlplug'] / med['bare']:.3f} (median), "
-                  f"{mean['dmlplug'] / mean['bare']:.3f} (mean)")
+            print(f"workers={w} ratio dmlplug / bare = {statistics.median(pair_ratios):.3f} (median of "
+                  f"{rounds} paired rounds, range {min(pair_ratios):.3f}-{max(pair_ratios):.3f}); pooled: "
+                  f"{med['dmlplug'] / med['bare']:.3f} (median), {mean['dmlplug'] / mean['bare']:.3f} (mean)")
     return 0
 
 

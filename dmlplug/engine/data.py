@@ -82,6 +82,24 @@ def train_loader(dataset: Dataset, batch_sampler: Any, *, workers: int, device: 
     )
 
 
+def shutdown_workers(loader: DataLoader) -> None:
+    """Stop the persistent worker processes of ``loader`` now, in this process.
+
+    With ``persistent_workers`` the DataLoader keeps its iterator (and its workers) until the loader is
+    garbage-collected. A finished run is part of reference cycles, so that happens only at some later
+    collection: its workers outlive the run, and a collection inside a worker forked by a later loader
+    tries to stop processes that are not its children ("can only test a child process"). PyTorch has no
+    public call for this; the iterator's own shutdown is what its ``__del__`` runs.
+    """
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is None:
+        return
+    loader._iterator = None
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
 def eval_loader(dataset: Dataset, *, batch_size: int, workers: int, device: str) -> DataLoader:
     """Sequential loader for embedding a split."""
     return DataLoader(

@@ -15,6 +15,7 @@ from dmlplug.devices import resolve_device
 from dmlplug.engine import distributed, facts, rundir
 from dmlplug.engine import resume as _resume
 from dmlplug.engine.batches import check_batch_size
+from dmlplug.engine.data import shutdown_workers
 from dmlplug.engine.run import Run, RunResult
 from dmlplug.engine.seeding import configure_determinism
 from dmlplug.errors import RunError
@@ -144,6 +145,7 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
         finally:
             for name in logger_names:
                 host.unregister_run_plugin(name)
+            shutdown_workers(run.training.loader)  # no loader process outlives the run
 
 
 def _install_signal_handlers(run: Run) -> dict[int, Any]:

@@ -2,7 +2,9 @@
 determinism (same recipe and seed twice, with or without loader workers, give identical results)."""
 
 import errno
+import gc
 import json
+import multiprocessing
 
 import pytest
 import torch
@@ -119,6 +121,31 @@ def test_same_recipe_and_seed_give_identical_results_json_with_any_number_of_wor
     weights = [torch.load(d / "checkpoints" / "last.pt", weights_only=False)["model"] for d in runs]
     for key in weights[0]:
         assert torch.equal(weights[0][key], weights[1][key])
+
+
+def test_no_loader_worker_process_outlives_the_run_whether_it_completes_or_fails(tiny_recipe, tmp_path,
+                                                                                 monkeypatch):
+    # garbage collection off: the workers must be stopped by the run itself, not by a collection that happens
+    # to run (one inside a later loader's forked worker raised "can only test a child process")
+    gc.disable()
+    try:
+        dmlplug.run(tiny_recipe, overrides=[*SMALL, "run.epochs=1", "data.workers=2"], out=tmp_path / "ok",
+                    quiet=True)
+        assert multiprocessing.active_children() == []
+        monkeypatch.setattr(TrainStep, "after_optimizer_step", _fail_on_step(2))
+        with pytest.raises(RuntimeError, match="injected"):
+            dmlplug.run(tiny_recipe, overrides=[*SMALL, "run.epochs=1", "data.workers=2"], out=tmp_path / "bad",
+                        quiet=True)
+        assert multiprocessing.active_children() == []
+    finally:
+        gc.enable()
+
+
+def _fail_on_step(failing: int):
+    def after_optimizer_step(self, output):
+        if output is not None and output.step == failing:
+            raise RuntimeError("injected failure")
+    return after_optimizer_step
 
 
 def test_channels_last_and_strict_determinism_options_run_on_cpu(tiny_recipe, tmp_path):
