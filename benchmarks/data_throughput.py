@@ -62,7 +62,7 @@ def write_synthetic_jpegs(directory: Path, count: int, size: tuple[int, int], cl
 
 def folder_source(folder: Path, limit: int | None):
     """A FileImageSource over ``folder/<class>/*`` (at most ``limit`` images)."""
-    from dmlplug.data.files import FileImageSource, list_class_folders, list_image_files
+    from dmlplug.data.image_files import FileImageSource, list_class_folders, list_image_files
 
     paths, keys = [], []
     for name in list_class_folders(folder):

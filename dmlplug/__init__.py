@@ -23,13 +23,14 @@ import pluggy
 
 from dmlplug.context import BuildContext
 from dmlplug.params import Params
+from dmlplug.tables import ComponentTable, TableOf, default_table
 
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
-__all__ = ["BuildContext", "Params", "__version__", "check_data", "create", "evaluate", "export", "hookimpl",
-           "load_bundle", "load_run", "run", "validate"]
+__all__ = ["BuildContext", "ComponentTable", "Params", "TableOf", "__version__", "check_data", "create",
+           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -69,17 +70,15 @@ def create(kind: str, name: str, ctx: BuildContext | None = None, **params: Any)
     """
     import dataclasses
 
-    base = ctx if ctx is not None else BuildContext()
-    if base.host is None:
-        from dmlplug.plugins import get_host
+    from dmlplug.tables import validate_table
 
-        base = dataclasses.replace(base, host=get_host())
-    registry = base.host.registry
+    base = ctx if ctx is not None else BuildContext()
+    registry = base.registry()
     info = registry.get(kind, name)
     context_fields = {f.name for f in dataclasses.fields(BuildContext)}
     changes = {k: params.pop(k) for k in list(params) if k in context_fields and k not in info.params.model_fields}
-    built_ctx = dataclasses.replace(base, **changes) if changes else base
-    return info.build(info.validate(params, where=f"{info.kind}.{name}", registry=registry), built_ctx)
+    table = validate_table(kind, {**params, "name": info.name}, where=f"{info.kind}.{name}", registry=registry)
+    return table.build(base.changed(**changes))
 
 
 def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, **options: Any) -> dict[str, float]:
@@ -129,7 +128,7 @@ def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
         dmlplug.errors.DataError: Nothing loadable at ``path``, or the weights do not fit the recipe.
         dmlplug.errors.RecipeError: The stored recipe (with ``overrides``) does not validate.
     """
-    from dmlplug.engine.loading import load_run as _load_run
+    from dmlplug.engine.trained_run import load_run as _load_run
 
     return _load_run(path, checkpoint=checkpoint, device=device, overrides=overrides)
 

@@ -17,7 +17,8 @@ from dmlplug.files import atomic_write
 def rng_state() -> dict[str, Any]:
     """States of python, numpy and torch (CPU and CUDA) random number generators."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    # torch.cuda.is_initialized has no annotations in torch.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -62,7 +63,8 @@ def load_checkpoint(path: Path, map_location: str = "cpu") -> dict[str, Any]:
         RunError: The file is missing or unreadable.
     """
     try:
-        return torch.load(Path(path), map_location=map_location, weights_only=False)
+        checkpoint: dict[str, Any] = torch.load(Path(path), map_location=map_location, weights_only=False)
+        return checkpoint
     except (OSError, RuntimeError, EOFError) as exc:
         raise RunError(f"cannot read checkpoint {path}: {exc}", where=str(path),
                        fix="use another checkpoint (best.pt) or start a new run") from exc

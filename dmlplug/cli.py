@@ -50,15 +50,8 @@ def build_app() -> typer.Typer:
     host = get_host()
     if not host.pm.is_registered(commands):
         host.pm.register(commands, name="dmlplug.commands")
-    # pluggy calls later-registered implementations first; tryfirst puts the core commands before them all.
-    for impl in reversed(host.pm.hook.register_commands.get_hookimpls()):
-        try:
-            impl.function(app=app)
-        except Exception as exc:  # a broken plugin must not take the CLI down
-            record = host.records.get(impl.plugin_name)
-            if record is None:
-                raise
-            record.error = f"register_commands failed: {type(exc).__name__}: {exc}"
+    # Commands are added in registration order: the core commands first in --help.
+    host.call_each("register_commands", lambda plugin: {"app": app})
     return app
 
 
@@ -112,7 +105,7 @@ def _exit(code: int | None) -> None:
         sys.exit(code)
 
 
-def _show_click_error(exc: Exception) -> None:
+def _show_click_error(exc: Any) -> None:
     """Print a click error as typer would in standalone mode (usage, hint, message) and exit with its code."""
     if _STATE["debug"]:
         traceback.print_exception(exc)

@@ -6,16 +6,32 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from dmlplug.needs import EngineNeeds
+    from dmlplug.registry import Registry
+    from dmlplug.tables import ComponentTable
+
+#: Fields of :class:`BuildContext` that hold an integer once set.
+IntField = Literal["num_classes", "embedding_size", "feature_dim", "batch_size", "epochs", "steps_per_epoch",
+                   "image_size"]
+#: Fields that hold a built object once set (a module, an optimizer).
+ObjectField = Literal["loss", "head", "optimizer"]
 
 
 @dataclass
 class BuildContext:
     """What a factory may need that the recipe should not repeat.
 
-    Fields are filled as the run is assembled (dataset first, then sampler, backbone, head, loss …), so a
-    factory sees everything built before it. Outside a run (:func:`dmlplug.create`) unset fields keep their
-    defaults and may be given as keyword arguments.
+    Fields are filled as the run is assembled (dataset first, then sampler, backbone, head, loss …,
+    optimizer, schedule), so a factory sees everything built before it. Outside a run
+    (:func:`dmlplug.create`) unset fields keep their defaults and may be given as keyword arguments. A
+    factory that cannot work without a field reads it with :meth:`require`, which raises the standard
+    "needs X" error naming the component being built.
 
     Attributes:
         device: ``"cpu"`` or ``"cuda"`` (or ``"cuda:N"``).
@@ -28,13 +44,19 @@ class BuildContext:
         batch_size: Training batch size.
         epochs: Number of training epochs.
         steps_per_epoch: Optimizer steps per epoch, once the sampler is built.
+        image_size: Side length of the network input (augmentation policies).
         seed: The run seed.
         loss: The built loss module (regularizers that reuse its proxies read it).
         head: The built head module.
+        param_groups: The named parameter groups the optimizer trains (optimizers): ``[{"name", "params",
+            "lr", "weight_decay"}]`` with the recipe's per-group learning rates already applied.
+        optimizer: The built optimizer (learning-rate schedules).
         run_dir: The run directory, when there is one.
         quiet: Whether console output should be reduced to log lines (``dmlplug run --quiet``).
         needs: The engine services the recipe's components require (:class:`dmlplug.needs.EngineNeeds`),
             inside a run; ``None`` outside one.
+        building: The component being built, for messages (``"loss 'margin' (plugin 'revisiting')"``); set by
+            the host before it calls a factory.
         host: The plugin host whose registry builds nested components. Engine-owned: plugins call
             :meth:`build` and :meth:`rebuild` instead of using it.
         recipe_specs: The recipe's validated component specs by recipe path (``"loss"``, ``"miner"``,
@@ -45,47 +67,86 @@ class BuildContext:
     num_classes: int | None = None
     embedding_size: int | None = None
     feature_dim: int | None = None
-    train_labels: Any = None
-    train_super_labels: Any = None
+    train_labels: npt.NDArray[np.int64] | None = None
+    train_super_labels: npt.NDArray[np.int64] | None = None
     batch_size: int | None = None
     epochs: int | None = None
     steps_per_epoch: int | None = None
+    image_size: int | None = None
     seed: int = 0
     loss: Any = None
     head: Any = None
+    param_groups: list[dict[str, Any]] | None = None
+    optimizer: Any = None
     run_dir: Path | None = None
     quiet: bool = False
-    needs: Any = None
+    needs: EngineNeeds | None = None
+    building: str = ""
     host: Any = None
     recipe_specs: Mapping[str, Any] = field(default_factory=dict)
 
-    def build(self, kind: str, table: Mapping[str, Any], *, where: str | None = None, **changes: Any) -> Any:
-        """Validate and build a nested component table (``{name = "contrastive", pos_margin = 0.1}``).
+    @overload
+    def require(self, name: IntField) -> int: ...
 
-        The component is looked up in the registry of the run being built (the process-wide plugin host
-        outside a run), so a nested component may come from any installed plugin.
+    @overload
+    def require(self, name: Literal["train_labels"]) -> npt.NDArray[np.int64]: ...
+
+    @overload
+    def require(self, name: Literal["param_groups"]) -> list[dict[str, Any]]: ...
+
+    @overload
+    def require(self, name: Literal["run_dir"]) -> Path: ...
+
+    @overload
+    def require(self, name: ObjectField) -> Any: ...
+
+    def require(self, name: str) -> Any:
+        """The value of field ``name``; the standard error when it is not set.
+
+        Example::
+
+            def build_margin(params: MarginParams, ctx: BuildContext) -> MarginLoss:
+                return MarginLoss(ctx.require("num_classes"), params.beta)
+
+        Raises:
+            dmlplug.errors.ComponentError: The field is unset (``None``): the component is built outside a
+                run, or before what provides the field (``"needs num_classes from the build context"``).
+        """
+        value = getattr(self, name)
+        if value is None:
+            from dmlplug.errors import ComponentError
+
+            who = self.building or "this component"
+            raise ComponentError(
+                f"{who} needs {name} from the build context, which is not set",
+                where="build context",
+                fix=f"build it inside a run, or give {name}=... to dmlplug.create / the BuildContext",
+            )
+        return value
+
+    def build(self, kind: str, table: ComponentTable | Mapping[str, Any], *, where: str | None = None,
+              **changes: Any) -> Any:
+        """Build a nested component table (``{name = "contrastive", pos_margin = 0.1}``).
+
+        A :class:`dmlplug.ComponentTable` field of a ``Params`` model is already validated and is built as
+        it is; a plain mapping is validated first, in the registry of the run being built (the
+        process-wide plugin host outside a run), so a nested component may come from any installed plugin.
 
         Args:
             kind: Component kind, singular or plural (``"loss"``, ``"distances"`` …).
-            table: ``{"name": ..., **params}``.
+            table: A validated :class:`dmlplug.ComponentTable`, or ``{"name": ..., **params}``.
             where: Recipe location for error messages (defaults to ``"<kind>[<name>]"``).
             **changes: Context fields that differ for the nested component (``embedding_size=512``).
 
         Raises:
-            dmlplug.errors.ComponentError: The name is unknown or the table has no ``name``.
+            dmlplug.errors.ComponentError: The name is unknown, the table has no ``name``, or the table is of
+                another kind.
             dmlplug.errors.RecipeError: A parameter is invalid.
         """
-        from dmlplug.errors import ComponentError
+        from dmlplug.tables import validate_table
 
-        name = table.get("name") if isinstance(table, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ComponentError(f"a nested {kind} table needs a `name`", where=where or kind,
-                                 fix='e.g. {name = "..."}')
-        registry = self._registry()
-        info = registry.get(kind, name)
-        rest = {k: v for k, v in table.items() if k != "name"}
-        params = info.validate(rest, where=where or f"{info.kind}[{name}]", registry=registry)
-        return info.build(params, self._changed(changes))
+        validated = validate_table(kind, table, where=where, registry=self.registry())
+        return validated.build(self.changed(**changes))
 
     def rebuild(self, path: str, **changes: Any) -> Any:
         """A fresh instance of the recipe's component at ``path``, or ``None`` when the recipe has none.
@@ -98,15 +159,18 @@ class BuildContext:
             **changes: Context fields that differ for the new instance (``embedding_size=1024``).
         """
         spec = self.recipe_specs.get(path)
-        return None if spec is None else spec.build(self._changed(changes))
+        return None if spec is None else spec.build(self.changed(**changes))
 
-    def _changed(self, changes: dict[str, Any]) -> BuildContext:
+    def changed(self, **changes: Any) -> BuildContext:
+        """A copy with some fields changed (this context is not modified)."""
         return dataclasses.replace(self, **changes) if changes else self
 
-    def _registry(self) -> Any:
+    def registry(self) -> Registry:
+        """The registry components are looked up in: the host's, or the process-wide host's."""
         host = self.host
         if host is None:
             from dmlplug.plugins import get_host
 
             host = get_host()
-        return host.registry
+        registry: Registry = host.registry
+        return registry

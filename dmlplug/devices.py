@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dmlplug.errors import RunError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def resolve_device(requested: str) -> str:
@@ -24,7 +29,7 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def autocast_dtype(precision: str, device: str):
+def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device``, or None for full precision.
 
     Autocast is only used on CUDA; CPU runs stay in fp32 so that results are comparable and exact.

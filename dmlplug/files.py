@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Write ``path`` through ``write(fileobj)`` atomically; returns ``path``."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Write ``path`` through ``write(fileobj)`` atomically (what ``write`` returns is ignored); returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

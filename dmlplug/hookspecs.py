@@ -3,16 +3,15 @@
 Plugins implement these with ``@dmlplug.hookimpl`` on functions of the same name. Built-in plugins
 (the ``dmlplug_builtins`` package) use exactly these hooks, nothing private.
 
-Registration hooks receive a host-owned ``register`` callback::
+Registration hooks (``register_<kind>``) take one argument, the host-owned ``register`` callback
+(:class:`dmlplug.protocols.Register`)::
 
     register(name, factory, *, params=ParamsModel, description="...", aliases=(), tags=(), requires=())
 
-``tags`` and ``requires`` declare capabilities that ``dmlplug validate`` checks before anything is built
-(see :class:`dmlplug.registry.ComponentInfo`).
-
-``factory(params, ctx)`` is called only when a recipe (or :func:`dmlplug.create`) builds the component;
-it receives the validated ``params`` instance and a :class:`dmlplug.context.BuildContext`, and must import
-torch / pytorch-metric-learning / timm inside its body so that loading plugins stays fast.
+``tags`` and ``requires`` declare capabilities that ``dmlplug validate`` checks before anything is built.
+``factory(params, ctx)`` (:class:`dmlplug.protocols.Factory`) is called only when a recipe (or
+:func:`dmlplug.create`) builds the component; it imports torch / PML / timm inside its body (plugins load fast),
+and what it returns is checked against the kind's Protocol (:data:`dmlplug.protocols.KIND_PROTOCOLS`).
 
 Lifecycle hooks are notifications: they return nothing and are called on every registered plugin and
 on the loggers of the current run.
@@ -42,10 +41,6 @@ def register_backbones(register: Register) -> None:
     ``forward(images)`` returns ``(features, feature_map)`` (``B×F`` and ``B×F×h×w``, the map may be
     ``None``) and which has an integer attribute ``num_features`` (F).
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
@@ -63,10 +58,6 @@ def register_heads(register: Register) -> None:
     ``eval_embedding(outputs)`` method; it has an integer attribute ``embedding_size`` (the size of the
     evaluation embedding).
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
@@ -82,10 +73,6 @@ def register_losses(register: Register) -> None:
     The factory returns a module called as ``loss(embeddings, labels, indices_tuple)`` (the
     pytorch-metric-learning convention). ``ctx.num_classes`` and ``ctx.embedding_size`` are set.
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
@@ -100,10 +87,6 @@ def register_miners(register: Register) -> None:
 
     The factory returns a module called as ``miner(embeddings, labels)`` that returns an index tuple
     (pairs ``(a1, p, a2, n)`` or triplets ``(a, p, n)``) as in pytorch-metric-learning.
-
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -121,10 +104,6 @@ def register_regularizers(register: Register) -> None:
     :class:`dmlplug.step.StepOutput` and returns a scalar tensor or a dict of named scalar
     tensors. The engine adds ``weight * term`` to the loss and logs every term by name.
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
@@ -139,10 +118,6 @@ def register_evaluators(register: Register) -> None:
 
     The factory returns an object with ``evaluate(eval_ctx) -> dict[str, float]`` where ``eval_ctx`` is a
     :class:`dmlplug.evaluation.EvalContext` that computes the kNN graph once for all evaluators.
-
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -160,10 +135,6 @@ def register_datasets(register: Register) -> None:
     :class:`dmlplug.data.ImageSource` objects). It must never download anything: a missing root is a
     :class:`dmlplug.errors.DataError` that names the expected layout.
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
@@ -178,10 +149,6 @@ def register_samplers(register: Register) -> None:
 
     The factory gets ``ctx.train_labels`` (int64 numpy array) and ``ctx.batch_size`` and returns an
     iterable of index lists (a ``torch.utils.data.Sampler`` yielding batches) with a defined ``len``.
-
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
 
     Example::
 
@@ -199,15 +166,90 @@ def register_loggers(register: Register) -> None:
     ``@hookimpl``); it is registered with the plugin manager for one run only and unregistered when the
     run ends, so an installed but unused logger hears nothing.
 
-    Args:
-        register: ``register(name, factory, *, params, description, aliases, tags, requires)``
-            (:class:`dmlplug.protocols.Register`).
-
     Example::
 
         @hookimpl
         def register_loggers(register):
             register("jsonl_echo", build_echo_logger)
+    """
+
+
+@hookspec
+def register_distances(register: Register) -> None:
+    """Register distances, used as nested tables of losses and miners (``[loss.distance] name = "..."``).
+
+    The factory returns a ``pytorch_metric_learning.distances.BaseDistance`` subclass instance
+    (:class:`dmlplug.protocols.Distance`), so every PML loss and miner accepts it.
+
+    Example::
+
+        @hookimpl
+        def register_distances(register):
+            register("manhattan", build_manhattan, params=ManhattanParams)
+    """
+
+
+@hookspec
+def register_reducers(register: Register) -> None:
+    """Register reducers, nested in losses (``[loss.reducer] name = "..."``).
+
+    The factory returns a ``pytorch_metric_learning.reducers.BaseReducer`` subclass instance
+    (:class:`dmlplug.protocols.Reducer`).
+
+    Example::
+
+        @hookimpl
+        def register_reducers(register):
+            register("top_k_mean", build_top_k_mean, params=TopKMeanParams)
+    """
+
+
+@hookspec
+def register_optimizers(register: Register) -> None:
+    """Register optimizers (``[optimizer] name = "..."``).
+
+    The factory gets the named parameter groups in ``ctx.require("param_groups")`` (learning rates and
+    weight decays of ``[optimizer]`` and ``[optimizer.groups.<name>]`` applied) and returns a
+    ``torch.optim.Optimizer`` over them (:class:`dmlplug.protocols.Optimizer`); its Params hold only the
+    optimizer's own settings (betas, momentum …).
+
+    Example::
+
+        @hookimpl
+        def register_optimizers(register):
+            register("lion", build_lion, params=LionParams)
+    """
+
+
+@hookspec
+def register_lr_schedules(register: Register) -> None:
+    """Register learning-rate schedules (``[scheduler] name = "..."``).
+
+    The factory gets the built optimizer in ``ctx.require("optimizer")`` and ``ctx.epochs``, and returns an
+    object the engine steps once per epoch with the epoch's selection metric
+    (:class:`dmlplug.protocols.LRSchedule`: ``step_epoch(metric)``, ``state_dict()``, ``load_state_dict()``).
+
+    Example::
+
+        @hookimpl
+        def register_lr_schedules(register):
+            register("linear_decay", build_linear_decay, params=LinearDecayParams)
+    """
+
+
+@hookspec
+def register_augmentations(register: Register) -> None:
+    """Register training augmentation policies (``[data] augment = "..."``).
+
+    The factory gets ``ctx.require("image_size")`` and returns a transform: PIL image -> normalised
+    ``3×S×S`` float tensor (:class:`dmlplug.protocols.Augmentation`). Evaluation's resize and centre crop
+    stay the engine's, so every policy is evaluated the same way.
+
+    Example::
+
+        @hookimpl
+        def register_augmentations(register):
+            register("randaugment", build_randaugment, params=RandAugmentParams)
     """
 
 
@@ -218,16 +260,17 @@ def register_commands(app: typer.Typer) -> None:
     Called when the CLI starts.
 
     Args:
-        app: The root ``typer.Typer`` application; add commands with ``@app.command()`` or sub-apps
-            with ``app.add_typer(...)``.
+        app: The root ``typer.Typer`` application; add module-level functions with ``app.command("name")(fn)``
+            or sub-apps with ``app.add_typer(...)``.
 
     Example::
 
+        def cmd_hello(name: Annotated[str, typer.Option(help="Who.")] = "world") -> None:
+            print("hello", name)
+
         @hookimpl
         def register_commands(app):
-            @app.command()
-            def hello():
-                print("hello")
+            app.command("hello")(cmd_hello)
     """
 
 

@@ -12,9 +12,8 @@ class EngineNeeds:
     """The engine services a recipe's components require, and which components require them.
 
     Components declare services in their registered ``requires`` or in ``Params.extra_requires()``:
-    ``"features"``, ``"feature_map"``, ``"views:N"``, ``"ema"`` and ``"named_embeddings"`` (``"multi_head"``
-    is recorded as ``"named_embeddings"``). Capabilities of other sections (``"loss:proxies"``) are not
-    engine services and do not appear here.
+    ``"features"``, ``"feature_map"``, ``"views:N"``, ``"ema"`` and ``"named_embeddings"``. Capabilities of other
+    sections (``"loss:proxies"``) are not engine services and do not appear here.
 
     Attributes:
         views: Total number of augmented views of every training image: 1 = no extra view, ``"views:2"``

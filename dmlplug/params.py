@@ -36,52 +36,65 @@ class Params(BaseModel):
         """
         return ()
 
-    # Validate-time hooks: each lets ``dmlplug validate`` check, without building anything, a mistake that
-    # would otherwise surface only once a run has started. ``None`` always means "unknown": the check is
-    # skipped and the engine checks again when it builds the component.
+    # Validate-time declarations: each lets ``dmlplug validate`` check, without building anything, a mistake
+    # that would otherwise surface only once a run has started. Every default says what the engine does
+    # with a component that declares nothing, so the checks run for every plugin; the plugin kit
+    # (``dmlplug.testing``) checks each declaration against what the built component really does.
 
-    def metric_names(self) -> tuple[str, ...] | None:
+    def metric_names(self) -> tuple[str, ...]:
         """Evaluators: the metric names :meth:`evaluate` returns with these parameters.
 
         ``dmlplug validate`` checks ``[evaluation] metric`` against the names of all the recipe's evaluators
-        (with "did you mean"). ``()`` declares an evaluator that contributes no per-epoch metric; the
-        default ``None`` (not declared) skips the check for the whole recipe.
+        (with "did you mean"). The default ``()`` declares an evaluator that contributes no per-epoch metric
+        to select on; ``dmlplug.testing.check_evaluator`` fails when the built evaluator returns names that
+        are not declared.
         """
-        return None
+        return ()
 
     def has_validation_split(self) -> bool | None:
         """Datasets: whether the built dataset will have a ``val`` split, judged from the parameters alone.
 
-        ``dmlplug validate`` rejects ``[evaluation] split = "val"`` when this is ``False``; ``None`` (the
-        default) leaves the check to the run, right after the dataset is built.
+        ``dmlplug validate`` rejects ``[evaluation] split = "val"`` when this is ``False`` (the default: a
+        dataset without validation classes). ``None`` says the data decides (a CSV list that may hold
+        ``val`` rows): the run checks right after the dataset is built.
         """
-        return None
+        return False
 
-    def batch_size_multiple(self) -> int | None:
+    def batch_size_multiple(self) -> int:
         """Samplers: the training batch size must be a multiple of this (``m_per_class``: ``m``).
 
-        ``dmlplug validate`` checks ``[data] batch_size`` against it; ``None`` (the default): any size.
+        ``dmlplug validate`` checks ``[data] batch_size`` against it; the default ``1``: any size.
         """
-        return None
+        return 1
 
-    def optimizer_group_names(self, section: str) -> tuple[str, ...] | None:
+    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
         """Trainable components: the names of the optimizer parameter groups the built component has.
 
         ``section`` is the group name the engine gives a component without ``optimizer_param_groups()``:
-        ``"backbone"``, ``"head"``, ``"loss"``, or the regularizer's name. A component whose module defines
-        ``optimizer_param_groups()`` returns the names it uses there (a superset is fine: the engine checks
-        the built groups again). ``dmlplug validate`` checks the keys of ``[optimizer.groups.<name>]``
-        against the names of all the recipe's components; the default ``None`` (not declared) skips it.
+        ``"backbone"``, ``"head"``, ``"loss"``, or the regularizer's name; the default ``(section,)`` is
+        exactly that. A component whose module defines ``optimizer_param_groups()`` returns the names it uses
+        there. ``dmlplug validate`` checks the keys of ``[optimizer.groups.<name>]`` against the names of all
+        the recipe's components; ``dmlplug.testing`` checks the built groups are among the declared ones.
         """
-        return None
+        return (section,)
 
-    def head_embeddings(self) -> dict[str, str] | None:
+    def head_outputs(self) -> tuple[str, ...]:
+        """Heads: the names of the embeddings the head returns as a dict, in order.
+
+        The default ``()`` declares a head that returns one ``B×D`` tensor. Components that require
+        ``"named_embeddings"`` need a head that declares some, and parameters that name head outputs
+        (:meth:`head_embeddings`, ``[loss] embedding``) are checked against them;
+        ``dmlplug.testing.check_head`` checks the built head returns exactly these names.
+        """
+        return ()
+
+    def head_embeddings(self) -> dict[str, str]:
         """Components that read named head outputs: ``{parameter: output name}`` (DiVA's ``*_head``).
 
-        ``dmlplug validate`` checks each name against the head's declared outputs (the ``multi`` head's
-        ``heads`` table), with "did you mean"; the default ``None`` (not declared) skips the check.
+        ``dmlplug validate`` checks each name against the head's :meth:`head_outputs`, with "did you mean";
+        the default ``{}`` reads none.
         """
-        return None
+        return {}
 
 
 class NoParams(Params):

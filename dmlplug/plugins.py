@@ -9,7 +9,8 @@ names it.
 Environment:
     DMLPLUG_LOAD_PLUGINS: comma-separated entry-point names; when set, only these third-party
         plugins are loaded (built-ins always are).
-    DMLPLUG_DISABLE_PLUGINS: comma-separated plugin names (built-in or third-party) not to load.
+    DMLPLUG_DISABLE_PLUGINS: comma-separated plugin names (built-in or third-party) not to load; the
+        :data:`ESSENTIAL_PLUGINS` cannot be disabled.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -45,7 +47,16 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.s2sd",
     "dmlplug_builtins.loggers",
     "dmlplug_builtins.oodml",
+    "dmlplug_builtins.optim",
+    "dmlplug_builtins.augmentations",
 )
+
+#: Built-ins that the recipe defaults name (``[head] name = "linear"``, ``[data.sampler] m_per_class``, the
+#: default evaluators and loggers, ``[optimizer] name = "adam"`` and ``[scheduler] name = "none"``, the datasets'
+#: default augmentation): like pytest's essential plugins they cannot be disabled, so no default names a
+#: component that is not there.
+ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"heads", "samplers", "evaluators", "loggers", "optim",
+                                               "augmentations"})
 
 
 @dataclass
@@ -76,12 +87,21 @@ class PluginHost:
         return {n: r.error for n, r in self.records.items() if r.error}
 
     def load(self, *, builtins: bool = True, entry_points: bool = True) -> PluginHost:
-        """Load built-ins and entry-point plugins, then fill the registry."""
+        """Load built-ins and entry-point plugins, then fill the registry.
+
+        Raises:
+            PluginError: ``DMLPLUG_DISABLE_PLUGINS`` names an essential plugin.
+        """
         disabled = _env_list("DMLPLUG_DISABLE_PLUGINS")
         if builtins:
             for module_name in DEFAULT_PLUGINS:
                 name = module_name.rsplit(".", 1)[-1]
                 if name in disabled or module_name in disabled:
+                    if name in ESSENTIAL_PLUGINS:
+                        raise PluginError(f"plugin {name!r} is essential and cannot be disabled",
+                                          where="DMLPLUG_DISABLE_PLUGINS",
+                                          fix=f"remove {name!r} from DMLPLUG_DISABLE_PLUGINS; essential plugins: "
+                                              + ", ".join(sorted(ESSENTIAL_PLUGINS)))
                     continue
                 record = PluginRecord(name=name, module=module_name, builtin=True,
                                       distribution="dmlplug", version=_dist_version("dmlplug"))
@@ -128,21 +148,54 @@ class PluginHost:
         """(Re)build the registry by calling every plugin's registration hooks, one plugin at a time."""
         self.registry = Registry()
         for kind in KINDS:
-            caller = getattr(self.pm.hook, f"register_{kind}")
-            for impl in caller.get_hookimpls():
-                record = self.records.get(impl.plugin_name)
-                if record is not None and record.error:
-                    continue
-                try:
-                    impl.function(register=self.registry.register_callback(kind, impl.plugin_name))
-                except PluginError as exc:
-                    # Duplicate names are a configuration error of the installed set of plugins:
-                    # reported loudly, not hidden as a load error of one of them.
-                    raise exc
-                except Exception as exc:
-                    if record is not None:
-                        record.error = f"register_{kind} failed: {_short_error(exc)}"
+            def arguments(plugin: str, kind: str = kind) -> dict[str, Any]:
+                return {"register": self.registry.register_callback(kind, plugin)}
+
+            # Duplicate names are a configuration error of the installed set of plugins: reported loudly
+            # (PluginError propagates), not hidden as a load error of one of them.
+            self.call_each(f"register_{kind}", arguments, reraise=(PluginError,))
         self.registry.load_errors = self.load_errors
+
+    def call_each(self, hook: str, arguments: Callable[[str], dict[str, Any]],
+                  reraise: tuple[type[BaseException], ...] = (),
+                  on_error: Callable[[str, Exception], Any] | None = None) -> list[tuple[str, Any]]:
+        """Call every implementation of ``hook`` alone, so that one broken plugin cannot stop the others.
+
+        pluggy calls all implementations in one go and stops at the first exception; registration,
+        command and report hooks are instead called one plugin at a time, in registration order (the
+        reverse of pluggy's, so built-ins come first and a duplicate name is blamed on the later plugin), and a
+        plugin whose implementation raises gets the error recorded (``dmlplug plugins`` shows it).
+        Plugins that already failed to load are skipped; hook wrappers, which only make sense around the
+        others, are not called.
+
+        Args:
+            hook: The hook's name (``"register_losses"``, ``"register_commands"`` …).
+            arguments: ``plugin name -> keyword arguments`` of its call.
+            reraise: Exception types that propagate instead of being recorded.
+            on_error: ``(plugin name, exception) -> result`` used in place of a failed implementation's
+                result (a report section saying so); without it the failure is recorded on the plugin.
+
+        Returns:
+            ``(plugin name, result)`` of each implementation, in registration order.
+        """
+        results = []
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            record = self.records.get(impl.plugin_name)
+            if (record is not None and record.error) or impl.hookwrapper or impl.wrapper:
+                continue
+            given = arguments(impl.plugin_name)
+            try:
+                results.append((impl.plugin_name, impl.function(**{a: given[a] for a in impl.argnames})))
+            except reraise:
+                raise
+            except Exception as exc:
+                if on_error is not None:
+                    results.append((impl.plugin_name, on_error(impl.plugin_name, exc)))
+                    continue
+                if record is None:
+                    raise  # not a loaded plugin (the core commands): a bug of dmlplug itself
+                record.error = f"{hook} failed: {_short_error(exc)}"
+        return results
 
     def register_run_plugin(self, obj: Any, name: str) -> None:
         """Register a per-run object (a logger) that implements lifecycle hooks."""

@@ -12,33 +12,39 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from dmlplug.context import BuildContext
+    from dmlplug.params import Params
 
 # --------------------------------------------------------------------------------------------------
 # Registration
 
+#: The ``Params`` model a factory takes (contravariant: a factory of a base model accepts a subclass).
+P_contra = TypeVar("P_contra", bound="Params", contravariant=True)
+#: The ``Params`` model given to ``register`` together with a matching factory.
+P = TypeVar("P", bound="Params")
 
-class Factory(Protocol):
-    """``factory(params, ctx)``: builds one component; imports torch/PML/timm inside its body."""
 
-    def __call__(self, params: Any, ctx: Any) -> Any:
+class Factory(Protocol[P_contra]):
+    """``factory(params, ctx)``: builds one component; imports torch/PML/timm inside its body.
+
+    Annotate both arguments: ``def build_my_loss(params: MyLossParams, ctx: BuildContext) -> MyLoss``; the
+    type checker then proves that ``register("my_loss", build_my_loss, params=MyLossParams)`` pairs the
+    factory with the model it reads.
+    """
+
+    def __call__(self, params: P_contra, ctx: BuildContext, /) -> Any:
         """Build the component from its validated ``Params`` and a :class:`dmlplug.context.BuildContext`."""
 
 
 class Register(Protocol):
     """The host-owned callback every ``register_<kind>`` hook receives."""
 
-    def __call__(
-        self,
-        name: str,
-        factory: Factory,
-        *,
-        params: type | None = None,
-        description: str | None = None,
-        aliases: Sequence[str] = (),
-        tags: Sequence[str] = (),
-        requires: Sequence[str] = (),
-    ) -> None:
+    def __call__(self, name: str, factory: Factory[P], *, params: type[P] | None = None,
+                 description: str | None = None, aliases: Sequence[str] = (), tags: Sequence[str] = (),
+                 requires: Sequence[str] = ()) -> None:
         """Register ``factory`` under ``name``.
 
         Args:
@@ -78,9 +84,15 @@ class Head(Protocol):
 
 @runtime_checkable
 class MultiHead(Protocol):
-    """A head that produces several named embeddings (DiVA)."""
+    """A head that produces several named embeddings (DiVA); its Params declare them (``head_outputs()``).
+
+    Attributes:
+        embedding_size: Size of the evaluation embedding.
+        output_sizes: Size of each named embedding, by name, in the declared order.
+    """
 
     embedding_size: int
+    output_sizes: Mapping[str, int]
 
     def __call__(self, features: Any) -> dict[str, Any]:
         """Return the named embeddings."""
@@ -117,7 +129,7 @@ class Regularizer(Protocol):
 class Evaluator(Protocol):
     """Embeddings -> named metrics, through an :class:`dmlplug.evaluation.EvalContext`."""
 
-    def evaluate(self, ctx: Any) -> dict[str, float]:
+    def evaluate(self, eval_context: Any) -> dict[str, float]:
         """Return metric values by name (``recall@1``, ``map@r`` …)."""
 
 
@@ -130,6 +142,92 @@ class BatchSampler(Protocol):
 
     def __len__(self) -> int:
         """Number of batches per epoch."""
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    """The splits of one dataset (a :class:`dmlplug.data.DatasetBundle`)."""
+
+    train: Any
+    test: Any
+    val: Any
+
+
+@runtime_checkable
+class Logger(Protocol):
+    """A per-run object with ``@hookimpl`` lifecycle hooks; nothing is required (one with no hook hears nothing)."""
+
+
+@runtime_checkable
+class Distance(Protocol):
+    """A pairwise distance or similarity in pytorch-metric-learning's convention (a ``BaseDistance``).
+
+    Nested in losses and miners (``[loss.distance] name = "cosine_similarity"``); third-party distances
+    subclass ``pytorch_metric_learning.distances.BaseDistance`` so that every PML loss accepts them.
+    """
+
+    is_inverted: bool
+
+    def __call__(self, query_emb: Any, ref_emb: Any = None) -> Any:
+        """Return the ``Q×R`` matrix (``is_inverted``: larger means more similar)."""
+
+
+@runtime_checkable
+class Reducer(Protocol):
+    """Reduces a loss's per-element values to a scalar (a PML ``BaseReducer``)."""
+
+    def __call__(self, loss_dict: Any, embeddings: Any, labels: Any, ref_emb: Any = None,
+                 ref_labels: Any = None) -> Any:
+        """Return a scalar tensor."""
+
+
+@runtime_checkable
+class Optimizer(Protocol):
+    """A ``torch.optim.Optimizer`` over the named parameter groups in :attr:`BuildContext.param_groups`."""
+
+    param_groups: list[dict[str, Any]]
+
+    def step(self, closure: Any = None) -> Any:
+        """One optimisation step."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """State for checkpoints."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state of a checkpoint."""
+
+
+@runtime_checkable
+class LRSchedule(Protocol):
+    """A learning-rate schedule of :attr:`BuildContext.optimizer`, stepped once per epoch by the engine."""
+
+    def step_epoch(self, metric: float | None) -> None:
+        """Advance one epoch; ``metric`` is the selection metric of the epoch's evaluation (``None`` if none ran)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """State for checkpoints."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state of a checkpoint."""
+
+
+@runtime_checkable
+class Augmentation(Protocol):
+    """A training augmentation policy: image (PIL) -> ``3×S×S`` tensor, ``S`` = :attr:`BuildContext.image_size`."""
+
+    def __call__(self, image: Any) -> Any:
+        """Return the augmented, normalised image tensor."""
+
+
+#: The Protocol every built component of a kind is checked against when it is built.
+KIND_PROTOCOLS: dict[str, type] = {
+    "backbones": Backbone, "heads": Head, "losses": Loss, "miners": Miner, "regularizers": Regularizer,
+    "evaluators": Evaluator, "datasets": Dataset, "samplers": BatchSampler, "loggers": Logger, "distances": Distance,
+    "reducers": Reducer, "optimizers": Optimizer, "lr_schedules": LRSchedule, "augmentations": Augmentation,
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,6 +265,24 @@ class HasSetEpoch(Protocol):
 
 
 @runtime_checkable
+class HasEvalCrop(Protocol):
+    """An augmentation policy that says how evaluation resizes (default ``True``).
+
+    ``True``: shorter side to ``[data] resize_size``, then a centre crop (the DML protocol); ``False``: a square
+    resize of the whole image (small synthetic images: the built-ins ``light`` and ``none``).
+    """
+
+    eval_crop: bool
+
+
+@runtime_checkable
+class HasViewAugment(Protocol):
+    """An augmentation policy whose extra views (``"views:N"``) use another registered policy (``none``: ``dml``)."""
+
+    view_augment: str
+
+
+@runtime_checkable
 class HasEmaMomentum(Protocol):
     """A component that requires ``"ema"`` says how fast the engine's EMA model follows the model."""
 
@@ -177,7 +293,7 @@ class HasEmaMomentum(Protocol):
 class HasRequiredK(Protocol):
     """An evaluator that needs neighbours: the kNN graph is searched once with the largest k asked."""
 
-    def required_k(self, ctx: Any) -> Any:
+    def required_k(self, eval_context: Any) -> Any:
         """Return the number of neighbours needed, per query (int array) or overall (int)."""
 
 
@@ -185,7 +301,7 @@ class HasRequiredK(Protocol):
 class HasFigures(Protocol):
     """An evaluator that draws figures (logged to TensorBoard by the built-in logger)."""
 
-    def figures(self, ctx: Any) -> dict[str, Any]:
+    def figures(self, eval_context: Any) -> dict[str, Any]:
         """Return matplotlib figures by name."""
 
 
@@ -193,7 +309,7 @@ class HasFigures(Protocol):
 class WritesArtifacts(Protocol):
     """An evaluator that writes files into the run directory after the last evaluation."""
 
-    def write_artifacts(self, ctx: Any, directory: Path) -> list[Path]:
+    def write_artifacts(self, eval_context: Any, directory: Path) -> list[Path]:
         """Write the files and return their paths."""
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from pydantic import ValidationError
 
 from dmlplug.errors import ComponentError, PluginError, RecipeError, did_you_mean
 from dmlplug.params import NoParams, Params
+
+if TYPE_CHECKING:
+    from dmlplug.context import BuildContext
 
 #: Component kinds, in the order they are listed; each has a ``register_<kind>`` hook.
 KINDS: tuple[str, ...] = (
@@ -27,6 +30,11 @@ KINDS: tuple[str, ...] = (
     "datasets",
     "samplers",
     "loggers",
+    "distances",
+    "reducers",
+    "optimizers",
+    "lr_schedules",
+    "augmentations",
 )
 
 _SINGULAR = {
@@ -39,6 +47,11 @@ _SINGULAR = {
     "dataset": "datasets",
     "sampler": "samplers",
     "logger": "loggers",
+    "distance": "distances",
+    "reducer": "reducers",
+    "optimizer": "optimizers",
+    "lr_schedule": "lr_schedules",
+    "augmentation": "augmentations",
 }
 
 
@@ -82,7 +95,7 @@ class ComponentInfo:
             ``"has_parameters"``; miners: ``"pairs"`` or ``"triplets"``.
         requires: Capabilities the component needs from the rest of the recipe, as
             ``"<section>:<tag>"`` (e.g. ``"loss:proxies"``) or engine services: ``"features"``,
-            ``"feature_map"``, ``"views:2"``, ``"ema"``, ``"multi_head"``.
+            ``"feature_map"``, ``"views:2"``, ``"ema"``, ``"named_embeddings"``.
     """
 
     kind: str
@@ -99,18 +112,8 @@ class ComponentInfo:
         """Validate raw recipe values into this component's params.
 
         ``registry`` reaches the params model as pydantic validation context, ``{"registry": registry}``, so
-        a validator that checks a nested component table (a ``loss = {name = "contrastive"}`` parameter)
-        resolves the nested name in the same registry as the outer component rather than in the
-        process-wide plugin host. A plugin's validator reads it from its ``ValidationInfo`` and hands it on::
-
-            def check(table: dict, info: pydantic.ValidationInfo) -> dict:
-                registry = (info.context or {}).get("registry")
-                if registry is not None:
-                    registry.get("losses", table["name"]).validate(rest, where=..., registry=registry)
-                return table
-
-        The context holds ``None`` when the caller gave no registry; the validator then checks only what it
-        can without one (the registry used to build the component is not known there).
+        that nested :class:`dmlplug.ComponentTable` fields resolve their names in the same registry as the
+        outer component rather than in the process-wide plugin host.
 
         Args:
             raw: The values from the recipe (without the ``name`` key).
@@ -130,9 +133,55 @@ class ComponentInfo:
                 fix=f"see `dmlplug list {self.kind} --params` for the parameters of {self.name!r}",
             ) from None
 
-    def build(self, params: Params, ctx: Any) -> Any:
-        """Call the factory; errors inside it are reported with the component's name and plugin."""
-        return self.factory(params, ctx)
+    @property
+    def label(self) -> str:
+        """``"loss 'margin' (plugin 'revisiting')"``: how messages name this component."""
+        return f"{singular(self.kind)} {self.name!r} (plugin {self.plugin!r})"
+
+    def build(self, params: Params, ctx: BuildContext) -> Any:
+        """Call the factory, then check the result against its kind's Protocol.
+
+        The factory sees ``ctx`` with :attr:`~dmlplug.context.BuildContext.building` naming this component,
+        so :meth:`~dmlplug.context.BuildContext.require` errors say who needed the field.
+
+        Raises:
+            ComponentError: The built object lacks a member its kind's Protocol requires
+                (:data:`dmlplug.protocols.KIND_PROTOCOLS`); the message names the plugin and the members.
+        """
+        from dmlplug.protocols import KIND_PROTOCOLS
+
+        component = self.factory(params, ctx.changed(building=self.label))
+        missing = missing_members(component, KIND_PROTOCOLS[self.kind])
+        if missing:
+            protocol = KIND_PROTOCOLS[self.kind].__name__
+            raise ComponentError(
+                f"{self.label} built a {type(component).__name__} without "
+                + ", ".join(repr(m) for m in missing) + f", which the {protocol} protocol requires",
+                where=f"plugin {self.plugin!r}, factory {getattr(self.factory, '__qualname__', self.factory)!r}",
+                fix=f"the factory must return an object with every member of dmlplug.protocols.{protocol}; "
+                    "report this to the plugin's author",
+            )
+        return component
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The members a Protocol requires: its annotated attributes and its methods, in definition order."""
+    names: list[str] = []
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, Protocol, Generic) or not getattr(klass, "_is_protocol", False):
+            continue
+        names.extend(getattr(klass, "__annotations__", {}))
+        names.extend(k for k, v in vars(klass).items() if callable(v) and (not k.startswith("_") or k in _DUNDERS))
+    return list(dict.fromkeys(names))
+
+
+#: Dunder methods that are part of a contract (the others come from ``object`` or ``Protocol``).
+_DUNDERS = frozenset({"__call__", "__iter__", "__len__"})
+
+
+def missing_members(component: Any, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``component`` lacks (empty when it conforms)."""
+    return [name for name in protocol_members(protocol) if not hasattr(component, name)]
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[Params] | None = None) -> str:
@@ -166,7 +215,9 @@ def format_validation_error(exc: ValidationError, where: str, model: type[Params
         else:
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"
-            lines.append(f"  {path}: {err['msg']}{shown}")
+            # A validator's ValueError reads "Value error, <message>": the message alone says it all.
+            message = err["msg"].removeprefix("Value error, ")
+            lines.append(f"  {path}: {message}{shown}")
     return "\n".join(lines)
 
 

@@ -23,30 +23,35 @@ OUTPUT = Path(__file__).with_name("components.md")
 REGENERATE = "python docs/generate_components.py"
 
 
-def type_label(annotation: Any, nested: str | None = None) -> str:
+def type_label(annotation: Any) -> str:
     """A short, readable type for the docs (``float``, ``int | None``, ``'all' | int``, ``list[loss table]``).
 
-    Args:
-        annotation: The field's annotation.
-        nested: The kind of component table the field holds (``"loss"``, ``"distance"`` ...), if any.
+    A nested component table (``Annotated[ComponentTable, TableOf("distances")]``) is a ``distance table``; a nested
+    table of a plugin's own models (a PML regulariser in a loss) is a ``table``.
     """
     from dmlplug.params import Params
+    from dmlplug.registry import singular
+    from dmlplug.tables import ComponentTable, table_kind
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    table = f"{nested} table" if nested else "table"
     if annotation is type(None):
         return "None"
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in args)
     if origin in (typing.Union, types.UnionType):
-        return " | ".join(type_label(a, nested) for a in args)
-    if origin is typing.Annotated or (nested and origin is dict):
-        # A discriminated union of table models, or a registry-validated {name = ...} dict.
-        return table
+        return " | ".join(type_label(a) for a in args)
+    if origin is typing.Annotated:
+        kind = table_kind(annotation)
+        if args[0] is ComponentTable and kind:
+            return f"{singular(kind)} table"
+        models = typing.get_args(args[0])
+        if models and all(isinstance(m, type) and issubclass(m, Params) for m in models):
+            return "table"  # a discriminated union of table models
+        return type_label(args[0])  # a type with bounds, Annotated[int, Ge(1)]
     if origin is not None:
-        return f"{origin.__name__}[{', '.join(type_label(a, nested) for a in args)}]"
+        return f"{origin.__name__}[{', '.join(type_label(a) for a in args)}]"
     if isinstance(annotation, type):
-        return table if issubclass(annotation, Params) else annotation.__name__
+        return "table" if issubclass(annotation, Params) else annotation.__name__
     return str(annotation)
 
 
@@ -71,8 +76,7 @@ def params_table(model: Any) -> list[str]:
         return ["No parameters.", ""]
     rows = ["| parameter | type | default | description |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        rows.append(f"| `{name}` | {_cell(type_label(field.annotation, extra.get('nested')))} | "
+        rows.append(f"| `{name}` | {_cell(type_label(field.rebuild_annotation()))} | "
                     f"{_cell(default_label(field))} | {_cell(field.description or '')} |")
     return [*rows, ""]
 
@@ -81,8 +85,8 @@ def render() -> str:
     """The whole of docs/components.md."""
     from dmlplug.plugins import PluginHost
     from dmlplug.registry import KINDS
-    from dmlplug_builtins.pml.catalog import DISTANCES, REDUCERS, REGULARIZERS
-    from dmlplug_builtins.pml.introspect import reducer_models, table_model
+    from dmlplug_builtins.pml.catalog import REGULARIZERS
+    from dmlplug_builtins.pml.introspect import regularizer_models
 
     registry = PluginHost().load(entry_points=False).registry
     lines = ["# Components", "",
@@ -105,16 +109,16 @@ def render() -> str:
                 lines.append("- requires: " + ", ".join(f"`{r}`" for r in sorted(info.requires)))
             lines += ["", *params_table(info.params)]
     lines += ["## Nested tables", "",
-              "Distances, reducers and PML regularizers are tables inside a loss or miner, e.g. "
-              '`[loss.distance]` with `name = "cosine_similarity"`.', ""]
-    for title, table in (("Distances", DISTANCES), ("Reducers", REDUCERS), ("PML regularizers", REGULARIZERS)):
-        lines += [f"### {title}", ""]
-        for spec in table:
-            model = reducer_models()[spec.name] if table is REDUCERS else table_model(spec, "table")
-            names = ", ".join(f"`{a}`" for a in spec.aliases)
-            lines += [f"#### `{spec.name}`", "", spec.description, "", f"- aliases: {names}", ""]
-            fields = {k: v for k, v in model.model_fields.items() if k != "name"}
-            lines += params_table(type("Fields", (), {"model_fields": fields}))
+              'Distances and reducers are tables inside a loss or miner, e.g. `[loss.distance]` with `name = '
+              '"cosine_similarity"`: any registered one (see Distances and Reducers above). PML regularizers are '
+              "tables inside a PML loss (`embedding_regularizer`, and `weight_regularizer` of losses with class "
+              'weights), e.g. `[loss.embedding_regularizer]` with `name = "lp"`.', "", "### PML regularizers", ""]
+    for spec in REGULARIZERS:
+        model = regularizer_models()[spec.name]
+        names = ", ".join(f"`{a}`" for a in spec.aliases)
+        lines += [f"#### `{spec.name}`", "", spec.description, "", f"- aliases: {names}", ""]
+        fields = {k: v for k, v in model.model_fields.items() if k != "name"}
+        lines += params_table(type("Fields", (), {"model_fields": fields}))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -210,7 +210,7 @@ def load_bundle(path: str | Path, *, device: str = "cpu") -> Bundle:
 def load_run_embedder(path: str | Path, *, checkpoint: str = "best", device: str = "cpu") -> Embedder:
     """An :class:`Embedder` with a run's own PyTorch model and test transform (the reference for a bundle)."""
     from dmlplug.bundle.runtime import EmbeddingNet, TorchRunner
-    from dmlplug.engine.loading import load_run
+    from dmlplug.engine.trained_run import load_run
 
     loaded = load_run(path, checkpoint=checkpoint, device=device)
     return Embedder(loaded.test_transform, TorchRunner(EmbeddingNet(loaded.model), device), str(path))

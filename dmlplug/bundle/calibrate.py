@@ -43,7 +43,7 @@ def calibrate_run(run_dir: str | Path, *, checkpoint: str = "best", split: str |
     """
     from dmlplug.engine.data import TransformedSource
     from dmlplug.engine.distributed import embed_dataset
-    from dmlplug.engine.loading import load_run
+    from dmlplug.engine.trained_run import load_run
 
     loaded = load_run(run_dir, checkpoint=checkpoint, device=device)
     dataset, recipe = loaded.dataset, loaded.recipe
@@ -75,7 +75,7 @@ def opis_options(evaluators: list[dict[str, Any]]) -> dict[str, Any]:
     pairs.update({k: table[k] for k in ("max_all_pairs", "negative_ratio", "max_positives_per_class") if k in table})
     if "pairs" in table:
         pairs["mode"] = table["pairs"]
-    options = {"pairs": pairs}
+    options: dict[str, Any] = {"pairs": pairs}
     for key, name in (("grid_size", "grid_size"), ("far_range", "far_range"), ("distance_range", "distance_range"),
                       ("kind", "utility"), ("epsilon", "epsilon"), ("pooling", "pooling")):
         if name in table:

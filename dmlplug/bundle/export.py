@@ -37,7 +37,7 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
     from dmlplug import __version__
     from dmlplug.bundle.preprocess import describe_transform
     from dmlplug.bundle.runtime import EmbeddingNet, TorchRunner
-    from dmlplug.engine.loading import load_run
+    from dmlplug.engine.trained_run import load_run
 
     say = log or (lambda message: print(message, file=sys.stderr))
     loaded = load_run(run_dir, checkpoint=checkpoint, device=device)

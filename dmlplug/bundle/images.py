@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.bundle.errors import BundleError
-from dmlplug.data.files import IMAGE_EXTENSIONS
+from dmlplug.data.image_files import IMAGE_EXTENSIONS
 
 
 @dataclass
@@ -52,7 +52,7 @@ def list_images(folder: str | Path) -> list[str]:
     root = Path(folder)
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder", fix="give a folder of images")
-    found = []
+    found: list[str] = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = [d for d in subdirs if not d.startswith(".")]
         found.extend(os.path.join(directory, f) for f in files

@@ -2,7 +2,8 @@
 
 A bundle must preprocess a query exactly as evaluation did, and a user of another language must be able to
 reproduce it from ``bundle.json`` alone. :func:`describe_transform` reads the run's test transform (the
-torchvision ``Compose`` that :func:`dmlplug.data.transforms.build_transform` builds) into a plain dict;
+torchvision ``Compose`` that :func:`dmlplug.data.transforms.build_test_transform` builds, whatever the run's
+augmentation policy: evaluation's transform is the engine's) into a plain dict;
 :func:`build_preprocess` builds the same ``Compose`` from that dict, so a bundle and its run directory give
 bit-identical input tensors.
 """
@@ -65,7 +66,7 @@ def _describe_step(step: Any) -> dict[str, Any]:
         return {"op": "normalize", "mean": [float(m) for m in step.mean], "std": [float(s) for s in step.std]}
     raise BundleError(f"the run's test transform has a step that a bundle cannot describe: {step!r}",
                       fix="export a run whose test transform is resize / center crop / to tensor / normalize "
-                      "(every built-in augmentation is)")
+                      "(the engine's evaluation transform always is)")
 
 
 def _output_size(steps: list[dict[str, Any]]) -> list[int]:

@@ -71,7 +71,8 @@ class SubsetSource(ImageSource):
         raise AttributeError(name)
 
     def _load_tensor(self, index: int) -> Any:
-        return self.parent.load_tensor(int(self.indices[index]))
+        parent: Any = self.parent  # __getattr__ hands this method out only when the parent has load_tensor
+        return parent.load_tensor(int(self.indices[index]))
 
     def describe(self, index: int) -> str:
         """Where image ``index`` of the subset comes from."""

@@ -1,17 +1,21 @@
 """Class-disjoint splits: train/test by class order, validation carved from training classes, query/gallery.
 
-Works on any :class:`~dmlplug.data.base.ImageSource`; a :class:`~dmlplug.data.files.FileImageSource`
-keeps its type (and per-image attributes) through :meth:`~dmlplug.data.files.FileImageSource.select`.
+Works on any :class:`~dmlplug.data.base.ImageSource`; a :class:`~dmlplug.data.image_files.FileImageSource`
+keeps its type (and per-image attributes) through :meth:`~dmlplug.data.image_files.FileImageSource.select`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dmlplug.data.base import ImageSource
 from dmlplug.errors import DataError
+
+if TYPE_CHECKING:
+    from dmlplug.data.base import DatasetBundle
 
 VAL_STRATEGIES = ("last", "random")
 
@@ -121,7 +125,9 @@ def query_gallery_masks(
         return None, None
     q = None if query is None else np.asarray(query, dtype=bool)
     g = None if gallery is None else np.asarray(gallery, dtype=bool)
-    q = ~g if q is None else q
+    if q is None:
+        assert g is not None  # neither given returned above
+        q = ~g
     g = ~q if g is None else g
     labels = np.asarray(labels)
     if len(q) != len(labels) or len(g) != len(labels):
@@ -227,19 +233,19 @@ def union_by_class(sources: Sequence[ImageSource]) -> tuple[dict[str, list[tuple
     return members, ids
 
 
-def bundle_sources(bundle: object) -> list[ImageSource]:
+def bundle_sources(bundle: DatasetBundle) -> list[ImageSource]:
     """The bundle's train, test and (when present) validation sources, in that order."""
     return [s for s in (bundle.train, bundle.test, getattr(bundle, "val", None)) if s is not None]
 
 
 def split_by_class_names(
-    bundle: object,
+    bundle: DatasetBundle,
     train_classes: Sequence[str],
     test_classes: Sequence[str],
     val_classes: Sequence[str] | None = None,
     *,
     where: str = "[data]",
-) -> object:
+) -> DatasetBundle:
     """Rebuild a bundle's splits from the union of its images, by class name (ooDML splits).
 
     Labels follow the order of the given lists (the split files sort them by name, so label indices do
@@ -307,14 +313,14 @@ def _gather_attributes(sources: Sequence[ImageSource], items: np.ndarray) -> dic
             for key in sorted(common)}
 
 
-def did_you_mean_class(name: str, classes: object) -> str:
+def did_you_mean_class(name: str, classes: Iterable[str]) -> str:
     """A ' (did you mean ...?)' suffix among the dataset's class names."""
     from dmlplug.errors import did_you_mean
 
     return did_you_mean(name, list(classes))
 
 
-def apply_recipe_classes(bundle: object, data: object) -> object:
+def apply_recipe_classes(bundle: DatasetBundle, data: Any) -> DatasetBundle:
     """Apply a recipe's ``[data]`` class selection (``train_classes`` / ``test_classes`` / ``val_classes``).
 
     ooDML split files select classes through the dataset wrapper ``oodml_split`` of the ooDML plugin,

@@ -1,61 +1,65 @@
-"""Image transforms of the DML protocol (docs/methods/revisiting.md) and extra augmented views.
+"""Image transforms: the evaluation transform of the DML protocol, the pipeline policies build on, extra views.
 
-No torch at module level: torchvision is imported when a transform is built.
+Training augmentation policies are registered components (``register_augmentations``; the built-ins ``dml``,
+``light`` and ``none``); the engine builds the one a recipe names (``[data] augment``) and the evaluation
+transform of :func:`build_test_transform`, which every policy shares: a policy only chooses, with its
+optional ``eval_crop`` attribute, between the protocol's shorter-side resize + centre crop (the default) and a
+resize to a square. No torch at module level: torchvision is imported when a transform is built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-AUGMENTATIONS = ("dml", "light", "none")
 
+def normalized_pipeline(steps: Sequence[Any]) -> Callable[[Any], Any]:
+    """``steps`` between the conversion to a uint8 tensor image and the conversion to a normalised float tensor.
 
-def build_transform(
-    mode: str, *, augment: str, image_size: int, resize_size: int | None = None
-) -> Callable[[Any], Any]:
-    """Return an image -> normalised float tensor transform (a ``torchvision.transforms.v2`` pipeline).
+    The input is a PIL image or a ``C×H×W`` uint8 tensor (e.g. from ``torchvision.io.decode_jpeg``). The image
+    is turned into a uint8 tensor first and cropped, resized (bilinear, antialiased) and flipped as a tensor by
+    ``steps`` (``torchvision.transforms.v2`` transforms), then converted to float and normalised with the
+    ImageNet statistics: by measurement (``benchmarks/data_throughput.py``) the tensor kernels are faster than
+    PIL's resize followed by ``ToTensor``, and the output of the crop is converted to float only once. Random
+    draws come from torch's default generator, which :class:`dmlplug.engine.seeding.SeededDataset` seeds per
+    sample.
 
-    The input is a PIL image or a ``C×H×W`` uint8 tensor (e.g. from ``torchvision.io.decode_jpeg``). The
-    image is turned into a uint8 tensor first and cropped, resized (bilinear, antialiased) and flipped as a
-    tensor, then converted to float and normalised: by measurement (``benchmarks/data_throughput.py``) the
-    tensor kernels are faster than PIL's resize followed by ``ToTensor``, and the output of the crop is
-    converted to float only once. Random draws come from torch's default generator, which
-    :class:`dmlplug.engine.seeding.SeededDataset` seeds per sample.
-
-    Args:
-        mode: ``"train"`` or ``"test"``.
-        augment: ``"dml"``: random-resized-crop (torchvision defaults) + horizontal flip for training,
-            resize of the shorter side + centre crop for testing; ``"light"``: a mild random-resized crop
-            (scale 0.7–1, no flip — glyphs are not mirror-symmetric) for training and a plain resize for
-            testing; ``"none"``: the test transform in both modes.
-        image_size: Output side length.
-        resize_size: Shorter-side resize before the centre crop (``dml`` test mode); defaults to
-            ``round(image_size * 256 / 224)`` as in the standard protocol (256 for 224).
+    Returns:
+        A ``torchvision.transforms.v2.Compose``.
     """
     import torch
     from torchvision.transforms import v2
 
-    if augment not in AUGMENTATIONS:
-        raise ValueError(f"augment must be one of {AUGMENTATIONS}, got {augment!r}")
-    to_uint8 = [v2.ToImage()]
-    normalize = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                 v2.ToPureTensor()]
-    train = mode == "train" and augment != "none"
-    if augment == "dml" or (augment == "none" and resize_size is not None):
-        if train:
-            steps = [v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip()]
-        else:
-            resize = resize_size or round(image_size * 256 / 224)
-            steps = [v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)]
-    elif train:
-        steps = [v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), ratio=(0.9, 1.1), antialias=True)]
-    else:
-        steps = [v2.Resize((image_size, image_size), antialias=True)]
-    return v2.Compose([*to_uint8, *steps, *normalize])
+    return v2.Compose([v2.ToImage(), *steps, v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), v2.ToPureTensor()])
+
+
+def build_test_transform(*, image_size: int, resize_size: int | None = None, crop: bool = True) -> Callable[[Any], Any]:
+    """The evaluation transform: image -> normalised ``3×S×S`` float tensor (see :func:`normalized_pipeline`).
+
+    Args:
+        image_size: Output side length ``S``.
+        resize_size: Shorter-side resize before the centre crop; defaults to ``round(image_size * 256 / 224)``
+            as in the standard protocol (256 for 224). Not used without ``crop``.
+        crop: ``True``: resize the shorter side, then centre-crop ``S×S`` (the DML protocol); ``False``: resize
+            to ``S×S`` (small images such as the glyphs, whose strokes reach the border).
+    """
+    from torchvision.transforms import v2
+
+    if crop:
+        resize = resize_size or round(image_size * 256 / 224)
+        return normalized_pipeline([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)])
+    return normalized_pipeline([v2.Resize((image_size, image_size), antialias=True)])
+
+
+def eval_crop(augmentation: Any) -> bool:
+    """Whether evaluation centre-crops for a built augmentation policy: its ``eval_crop`` attribute, default True."""
+    from dmlplug.protocols import HasEvalCrop
+
+    return bool(augmentation.eval_crop) if isinstance(augmentation, HasEvalCrop) else True
 
 
 class MultiView:
@@ -78,24 +82,58 @@ class MultiView:
         return f"MultiView({len(self.transforms)} views)"
 
 
+def build_transform(
+    mode: str, *, augment: str, image_size: int, resize_size: int | None = None
+) -> Callable[[Any], Any]:
+    """The training or evaluation transform of the registered augmentation policy ``augment``.
+
+    The policy is built by the process-wide plugin host (``dmlplug.create("augmentation", augment, ...)``), so
+    any installed policy works; a run builds its own through its recipe instead.
+
+    Args:
+        mode: ``"train"``: the policy itself; ``"test"``: :func:`build_test_transform` with the policy's
+            ``eval_crop``.
+        augment: A registered augmentation (``"dml"``, ``"light"``, ``"none"`` …; see
+            ``dmlplug list augmentations``).
+        image_size: Output side length.
+        resize_size: Shorter-side resize before the evaluation's centre crop (see :func:`build_test_transform`).
+
+    Raises:
+        ValueError: ``mode`` is neither ``"train"`` nor ``"test"``.
+        dmlplug.errors.ComponentError: No augmentation of that name.
+    """
+    if mode not in ("train", "test"):
+        raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
+    policy = _policy(augment, image_size)
+    if mode == "train":
+        return policy
+    return build_test_transform(image_size=image_size, resize_size=resize_size, crop=eval_crop(policy))
+
+
 def build_train_views(
     *, augment: str, image_size: int, views: int = 1, view_augment: str | None = None
 ) -> Callable[[Any], Any]:
     """The training transform, with ``views - 1`` extra independently augmented views on request.
 
     Args:
-        augment: Augmentation of the main view (see :func:`build_transform`).
+        augment: Augmentation of the main view (a registered policy, see :func:`build_transform`).
         image_size: Output side length of every view.
         views: Total number of views per image; ``1`` returns the plain transform (a tensor), more
             returns a :class:`MultiView` (a tuple of tensors).
-        view_augment: Augmentation of the extra views; defaults to ``augment``, or ``"dml"`` when
-            ``augment`` is ``"none"`` (an un-augmented second view would equal the first).
+        view_augment: Augmentation of the extra views; defaults to the main policy's ``view_augment``
+            attribute (``none`` says ``dml``: an un-augmented second view would equal the first), else
+            ``augment``.
     """
     if views < 1:
         raise ValueError(f"views must be at least 1, got {views}")
-    main = build_transform("train", augment=augment, image_size=image_size)
+    main = _policy(augment, image_size)
     if views == 1:
         return main
-    extra = view_augment or (augment if augment != "none" else "dml")
-    return MultiView([main] + [build_transform("train", augment=extra, image_size=image_size)
-                               for _ in range(views - 1)])
+    extra = view_augment or getattr(main, "view_augment", None) or augment
+    return MultiView([main] + [_policy(extra, image_size) for _ in range(views - 1)])
+
+
+def _policy(name: str, image_size: int) -> Any:
+    import dmlplug
+
+    return dmlplug.create("augmentation", name, image_size=image_size)

@@ -11,12 +11,13 @@ from typing import Any
 
 import torch
 
+from dmlplug.context import BuildContext
 from dmlplug.devices import autocast_dtype
 from dmlplug.engine.batches import BatchPlan
-from dmlplug.engine.build import Components
+from dmlplug.engine.build import Components, build_component
 from dmlplug.engine.data import TransformedSource, train_loader
 from dmlplug.engine.model import make_ema_copy
-from dmlplug.engine.optim import ParamGroup, build_optimizer, build_scheduler, collect_groups
+from dmlplug.engine.optim import ParamGroup, collect_groups, param_groups
 from dmlplug.engine.seeding import SeededDataset
 from dmlplug.errors import RunError
 from dmlplug.protocols import HasEmaMomentum
@@ -27,8 +28,10 @@ class Training:
     """What trains the components.
 
     Attributes:
-        optimizer: The optimizer; every parameter group carries its ``name``.
-        scheduler: The per-epoch learning-rate schedule, or ``None``.
+        optimizer: The optimizer (``[optimizer]``, a registered component); every parameter group carries its
+            ``name``.
+        scheduler: The per-epoch learning-rate schedule (``[scheduler]``, a registered component:
+            :class:`dmlplug.protocols.LRSchedule`).
         scaler: The AMP gradient scaler (enabled for fp16 only).
         autocast: The CUDA autocast dtype, or ``None`` for fp32.
         ema_momentum: Momentum of the EMA copy, when a component requires ``"ema"``.
@@ -67,20 +70,40 @@ def assemble(components: Components, recipe: Any, *, device: str, rank: int = 0,
     if "ema" in c.needs:
         momentum = ema_momentum(c)
         c.ema_model = make_ema_copy(c.model)
-    optimizer = build_optimizer(trainable_groups(c), recipe.optimizer)
+    optimizer, schedule = build_optimizer(c, epochs=recipe.run.epochs)
     autocast = autocast_dtype(recipe.run.precision, device)
     plan = BatchPlan(c.sampler, rank, world_size, seed=recipe.run.seed)
-    loader = train_loader(SeededDataset(TransformedSource(c.dataset.train, c.train_transform)), plan,
-                          workers=recipe.data.workers, device=device, seed=recipe.run.seed)
+    # SeededDataset is map-style without subclassing torch's Dataset (seeding.py imports no torch at import).
+    loader = train_loader(SeededDataset(TransformedSource(c.dataset.train, c.train_transform)),  # type: ignore[arg-type]
+                          plan, workers=recipe.data.workers, device=device, seed=recipe.run.seed)
     return Training(
         optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, recipe.scheduler, recipe.run.epochs),
+        scheduler=schedule,
         scaler=torch.amp.GradScaler("cuda", enabled=autocast == torch.float16),
         autocast=autocast,
         ema_momentum=momentum,
         batch_plan=plan,
         loader=loader,
     )
+
+
+def build_optimizer(components: Components, *, epochs: int) -> tuple[Any, Any]:
+    """The recipe's optimizer over the trained parameter groups, and its learning-rate schedule.
+
+    The optimizer is built with ``ctx.param_groups`` (:func:`~dmlplug.engine.optim.param_groups`: the groups of
+    :func:`trainable_groups` with ``[optimizer]``'s learning rates and weight decays applied), the schedule
+    with ``ctx.optimizer`` and ``ctx.epochs``.
+
+    Raises:
+        RecipeError: An ``[optimizer.groups.<name>]`` names no group.
+        ComponentError: A factory failed, or returned no optimizer / schedule (its kind's protocol).
+    """
+    c = components
+    ctx = c.context if c.context is not None else BuildContext()
+    groups = param_groups(trainable_groups(c), c.optimizer_spec.options)
+    optimizer = build_component(c.optimizer_spec, ctx.changed(param_groups=groups))
+    schedule = build_component(c.schedule_spec, ctx.changed(optimizer=optimizer, epochs=epochs))
+    return optimizer, schedule
 
 
 def trainable_groups(components: Components) -> list[ParamGroup]:

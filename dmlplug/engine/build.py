@@ -1,7 +1,7 @@
 """Assemble every component of a run from a validated recipe.
 
 The dataset and the model are built by :func:`build_dataset` and :func:`build_model`, which both
-:func:`build_components` (a training run) and :func:`dmlplug.engine.loading.load_run` (a trained run) use, so
+:func:`build_components` (a training run) and :func:`dmlplug.engine.trained_run.load_run` (a trained run) use, so
 the two can never disagree on how a recipe becomes a dataset and an embedding model.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from dmlplug.context import BuildContext
 from dmlplug.errors import ComponentError, DataError, DmlplugError, RunError
+from dmlplug.protocols import HasViewAugment
 from dmlplug.registry import singular
 
 
@@ -47,6 +48,12 @@ class Components:
     loss_embedding: str = ""
     #: The EMA copy of the model, created by the run when a component requires ``"ema"``.
     ema_model: Any = None
+    #: The recipe's validated ``[optimizer]`` (engine options in ``.options``) and ``[scheduler]`` specs,
+    #: built by :func:`dmlplug.engine.assembly.assemble` once the trained parameters are known.
+    optimizer_spec: Any = None
+    schedule_spec: Any = None
+    #: The context the components were built with (the optimizer and the schedule are built with it too).
+    context: BuildContext | None = None
 
     def trainable(self) -> dict[str, Any]:
         """The trained components besides the model, by recipe path: loss, miner (when present), regularizers.
@@ -96,7 +103,8 @@ def new_context(recipe: Any, *, device: str, host: Any, run_dir: Path | None = N
     """The :class:`BuildContext` a recipe's components are built with, before anything is built."""
     return BuildContext(device=device, seed=recipe.recipe.run.seed, host=host, run_dir=run_dir, quiet=quiet,
                         needs=recipe.needs, recipe_specs=dict(recipe.components),
-                        epochs=recipe.recipe.run.epochs, batch_size=recipe.recipe.data.batch_size)
+                        epochs=recipe.recipe.run.epochs, batch_size=recipe.recipe.data.batch_size,
+                        image_size=recipe.recipe.data.image_size)
 
 
 def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
@@ -136,16 +144,66 @@ def build_model(recipe: Any, ctx: BuildContext) -> Any:
     return EmbeddingModel(backbone, head)
 
 
-def build_transforms(recipe: Any, dataset: Any, views: int = 1) -> tuple[Any, Any]:
-    """``(train transform, test transform)``; with ``views > 1`` the train transform gives that many views."""
-    from dmlplug.data.transforms import build_train_views, build_transform
+def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
+                     ctx: BuildContext | None = None) -> tuple[Any, Any]:
+    """``(train transform, test transform)``; with ``views > 1`` the train transform gives that many views.
+
+    The train transform is the recipe's augmentation (``[data] augment``; ``"auto"``: the dataset's
+    ``default_augment``), built through the registry; the extra views use the policy's ``view_augment`` when it
+    names one, else the same policy. The test transform is the engine's
+    (:func:`dmlplug.data.transforms.build_test_transform`), centre-cropped unless the policy's ``eval_crop``
+    says otherwise.
+
+    Args:
+        recipe: The :class:`~dmlplug.recipe.ValidatedRecipe`.
+        dataset: The built dataset (its ``default_augment`` resolves ``"auto"``).
+        views: Total number of views of every training image (``ctx.needs.views``).
+        ctx: The run's context (default: a bare one, whose registry is the process-wide plugin host's).
+
+    Raises:
+        ComponentError: ``"auto"`` resolves to an augmentation that is not registered, or a policy fails.
+    """
+    from dmlplug.data.transforms import MultiView, build_test_transform, eval_crop
 
     data = recipe.recipe.data
-    augment = data.augment if data.augment != "auto" else getattr(dataset, "default_augment", "dml")
-    size, resize = data.image_size, data.resize_size
-    train = (build_transform("train", augment=augment, image_size=size, resize_size=resize) if views == 1
-             else build_train_views(augment=augment, image_size=size, views=views))
-    return train, build_transform("test", augment=augment, image_size=size, resize_size=resize)
+    ctx = (ctx or BuildContext()).changed(image_size=data.image_size)
+    spec = augmentation_spec(recipe, dataset, ctx)
+    main = build_component(spec, ctx)
+    train = main
+    if views > 1:
+        view_augment = main.view_augment if isinstance(main, HasViewAugment) else None
+        extra = spec if not view_augment else _augmentation(
+            view_augment, ctx, f"the view_augment of augmentation {spec.name!r} ([data] augment)")
+        train = MultiView([main] + [build_component(extra, ctx) for _ in range(views - 1)])
+    test = build_test_transform(image_size=data.image_size, resize_size=data.resize_size, crop=eval_crop(main))
+    return train, test
+
+
+def augmentation_spec(recipe: Any, dataset: Any, ctx: BuildContext) -> Any:
+    """The validated ``[data] augment`` of the recipe; for ``"auto"``, the dataset's ``default_augment``.
+
+    Raises:
+        ComponentError: The dataset's default is not a registered augmentation.
+    """
+    spec = recipe.components.get("data.augment")
+    if spec is not None:
+        return spec
+    from dmlplug.data import DatasetBundle
+
+    # A dataset that is no DatasetBundle gets the bundle's default.
+    name = getattr(dataset, "default_augment", DatasetBundle.default_augment)
+    return _augmentation(name, ctx, f'[data] augment = "auto": the default_augment of the dataset ({name!r})')
+
+
+def _augmentation(name: str, ctx: BuildContext, where: str) -> Any:
+    from dmlplug.recipe.loading import ComponentSpec
+    from dmlplug.tables import validate_table
+
+    try:
+        table = validate_table("augmentations", {"name": name}, where=where, registry=ctx.registry())
+    except ComponentError as exc:
+        raise ComponentError(exc.what, where=where, fix=exc.fix) from None
+    return ComponentSpec("data.augment", table)
 
 
 def check_data(recipe: Any, ctx: BuildContext) -> dict[str, int]:
@@ -180,16 +238,18 @@ def build_components(recipe: Any, ctx: BuildContext) -> Components:
     loss = build_component(loss_spec, ctx)
     ctx.loss = loss
     miner = build_component(specs["miner"], ctx) if specs.get("miner") is not None else None
-    regularizers = [Regularizer(spec.name, spec.options["weight"], build_component(spec, ctx))
+    regularizers = [Regularizer(spec.name, spec.options.weight, build_component(spec, ctx))
                     for spec in _listed(specs, "regularizers")]
     evaluators = [(spec.name, build_component(spec, ctx)) for spec in _listed(specs, "evaluators")]
     loggers = [(spec.name, build_component(spec, ctx)) for spec in _listed(specs, "loggers")]
-    train_transform, test_transform = build_transforms(recipe, dataset, ctx.needs.views)
+    views = ctx.needs.views if ctx.needs is not None else 1
+    train_transform, test_transform = build_transforms(recipe, dataset, views, ctx=ctx)
     return Components(
-        dataset=dataset, sampler=sampler, model=model, loss=loss, loss_weight=loss_spec.options["weight"],
+        dataset=dataset, sampler=sampler, model=model, loss=loss, loss_weight=loss_spec.options.weight,
         miner=miner, regularizers=regularizers, evaluators=evaluators, loggers=loggers,
-        warmup_epochs=specs["backbone"].options["warmup_epochs"], train_transform=train_transform,
-        test_transform=test_transform, needs=ctx.needs, loss_embedding=loss_spec.options.get("embedding", ""),
+        warmup_epochs=specs["backbone"].options.warmup_epochs, train_transform=train_transform,
+        test_transform=test_transform, needs=ctx.needs, loss_embedding=loss_spec.options.embedding,
+        optimizer_spec=specs["optimizer"], schedule_spec=specs["scheduler"], context=ctx,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -10,6 +10,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from dmlplug.data.base import ImageSource
 from dmlplug.engine.seeding import worker_init
+
+if TYPE_CHECKING:
+    from dmlplug.engine.model import EmbeddingModel
 
 
 class TransformedSource(Dataset):
@@ -109,7 +112,7 @@ def eval_loader(dataset: Dataset, *, batch_size: int, workers: int, device: str)
 
 
 @torch.no_grad()
-def embed_loader(model: torch.nn.Module, loader: DataLoader, device: str, autocast: Any = None) -> tuple[
+def embed_loader(model: EmbeddingModel, loader: DataLoader, device: str, autocast: Any = None) -> tuple[
         torch.Tensor, np.ndarray]:
     """Embed every image of ``loader`` in eval mode.
 

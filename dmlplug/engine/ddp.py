@@ -103,8 +103,9 @@ class DataParallelModel:
         # No buffer broadcast before every forward (a collective per step): BatchNorm statistics are
         # broadcast from rank 0 before evaluation and checkpoints, as without DDP. torch 2.14 renamed the
         # option; ``forward_sync_buffers=False`` still syncs once when DDP is built, which changes nothing.
-        buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _ddp_options()
-                   else {"broadcast_buffers": False})
+        # dict[str, Any]: which keyword (and so which typed parameter) depends on the torch version.
+        buffers: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _ddp_options()
+                                   else {"broadcast_buffers": False})
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, self._unused)
         self._ddp = DistributedDataParallel(
             model, device_ids=[torch.device(self.device).index] if cuda else None,

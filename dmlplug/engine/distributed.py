@@ -262,11 +262,13 @@ def reduce_gradients(params: list[torch.nn.Parameter], average: bool) -> None:
     Zeros keep the collective calls identical on every rank when a parameter got no gradient on one.
     """
     params = [p for p in params if p.requires_grad]
+    grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
     if params:
-        _reduce([p.grad for p in params], average)
+        _reduce(grads, average)
 
 
 def sum_gradients(model_params: list[torch.nn.Parameter], other_params: list[torch.nn.Parameter]) -> None:

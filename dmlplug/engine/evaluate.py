@@ -47,11 +47,12 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
     masks = {}
     if split == "test" and c.dataset.test_query_mask is not None:
         masks = {"query_mask": c.dataset.test_query_mask, "gallery_mask": c.dataset.test_gallery_mask}
-    ctx = EvalContext(embeddings, labels, backend=recipe.evaluation.backend,
+    eval_context = EvalContext(embeddings, labels, backend=recipe.evaluation.backend,
                       memory_budget_mb=recipe.evaluation.memory_budget_mb, seed=recipe.run.seed, **masks)
     evaluators = [ev for _, ev in c.evaluators]
-    check_valid_queries(evaluators, ctx, where=f"the {split} split of [data.dataset] {data.dataset.get('name')!r}")
-    return run_evaluators(evaluators, ctx), ctx
+    check_valid_queries(evaluators, eval_context,
+                        where=f"the {split} split of [data.dataset] {data.dataset.get('name')!r}")
+    return run_evaluators(evaluators, eval_context), eval_context
 
 
 def evaluate_safely(evaluate: Callable[[str], dict[str, float]], split: str, *, model: Any, recipe: Any,
@@ -77,10 +78,10 @@ def evaluate_safely(evaluate: Callable[[str], dict[str, float]], split: str, *, 
         ) from exc
 
 
-def write_artifacts(components: Components, ctx: Any, directory: Path) -> list[Path]:
+def write_artifacts(components: Components, eval_context: Any, directory: Path) -> list[Path]:
     """The evaluators' files of the last evaluation (``write_artifacts``); nothing before any evaluation."""
     from dmlplug.evaluation.runner import write_all_artifacts
 
-    if ctx is None:
+    if eval_context is None:
         return []
-    return write_all_artifacts([ev for _, ev in components.evaluators], ctx, directory)
+    return write_all_artifacts([ev for _, ev in components.evaluators], eval_context, directory)

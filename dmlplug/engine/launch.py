@@ -117,11 +117,13 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
             _resume.record_resume(directory, state, diff, force, validated.dumps(), info.world_size)
         facts.write_facts(run)
     logger_names = []
+    assert run.components is not None and run.training is not None  # set by run.build()
     if info.is_main:  # logging and progress bars on rank 0 only
         for i, (name, logger) in enumerate(run.components.loggers):
             logger_names.append(f"run-logger-{i}-{name}")
             host.register_run_plugin(logger, logger_names[-1])
-    status, error = "failed", None
+    status = "failed"
+    error: BaseException | None = None
     previous_handlers = _install_signal_handlers(run)
     try:
         host.pm.hook.on_run_start(run=run.view)

@@ -47,7 +47,7 @@ def execute(run: Any) -> Any:
         skip = 0
         evaluate_now = epoch % r.evaluation.every == 0 or epoch == r.run.epochs
         improved = evaluate(run, split) if evaluate_now else False
-        step_scheduler(run, evaluate_now)
+        step_schedule(run, evaluate_now)
         run.epoch_complete = True
         state.checkpoint(run, evaluate_now and improved)
     if run.dist.is_main:
@@ -119,17 +119,17 @@ def evaluate(run: Any, split: str, *, initial: bool = False) -> bool:
     return improved
 
 
-def step_scheduler(run: Any, evaluated: bool) -> None:
-    """Advance the learning-rate schedule after an epoch (on plateau: only after an evaluation, by its metric)."""
-    scheduler = run.training.scheduler
-    if scheduler is None:
-        return
-    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        if evaluated:
-            value = run.best.selection_value(run.last_metrics)
-            scheduler.step(value if run.recipe.recipe.evaluation.mode == "max" else -value)
-    else:
-        scheduler.step()
+def step_schedule(run: Any, evaluated: bool) -> None:
+    """Advance the learning-rate schedule after an epoch, with the epoch's selection metric.
+
+    The metric is signed so that larger is better (negated with ``[evaluation] mode = "min"``), and ``None``
+    when the epoch was not evaluated: a schedule that follows the metric (plateau) then waits.
+    """
+    metric = None
+    if evaluated:
+        value = run.best.selection_value(run.last_metrics)
+        metric = value if run.recipe.recipe.evaluation.mode == "max" else -value
+    run.training.scheduler.step_epoch(metric)
 
 
 def raise_interrupted(run: Any) -> None:

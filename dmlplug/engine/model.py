@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from dmlplug.protocols import MultiHead
 
 
 @dataclass
@@ -49,8 +52,8 @@ class EmbeddingModel(nn.Module):
         else:
             features, feature_map = self.backbone(images)
         out = self.head(features)
-        if isinstance(out, dict):
-            return ModelOutput(self.head.eval_embedding(out), features, feature_map, out)
+        if isinstance(out, dict):  # a head that returns named embeddings is a multi head
+            return ModelOutput(cast("MultiHead", self.head).eval_embedding(out), features, feature_map, out)
         return ModelOutput(out, features, feature_map)
 
     @torch.no_grad()
@@ -64,11 +67,6 @@ def freeze_backbone(model: EmbeddingModel, frozen: bool) -> None:
     model.backbone_frozen = frozen
     for param in model.backbone.parameters():
         param.requires_grad_(not frozen)
-
-
-def count_parameters(module: Any) -> int:
-    """Number of trainable parameters."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
 def make_ema_copy(model: nn.Module) -> nn.Module:

@@ -1,12 +1,14 @@
-"""Named optimizer parameter groups, optimizers and learning-rate schedules."""
+"""Named optimizer parameter groups, and the recipe's per-group learning rates and weight decays.
+
+The optimizer and the learning-rate schedule themselves are registered components (``register_optimizers``,
+``register_lr_schedules``), built by :func:`dmlplug.engine.assembly.assemble` over :func:`param_groups`.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from dmlplug.errors import RecipeError, did_you_mean
@@ -58,62 +60,39 @@ def collect_groups(components: list[tuple[str, Any]]) -> list[ParamGroup]:
     return groups
 
 
-def build_optimizer(groups: list[ParamGroup], section: Any) -> torch.optim.Optimizer:
-    """Build the optimizer; recipe overrides (``[optimizer.groups.<name>]``) beat component defaults.
+def param_groups(groups: list[ParamGroup], options: Any) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: recipe overrides (``[optimizer.groups.<name>]``) beat component defaults.
+
+    Args:
+        groups: The named groups of the trained components (:func:`collect_groups`).
+        options: The engine's ``[optimizer]`` options (:class:`~dmlplug.recipe.schema.OptimizerOptions`:
+            ``lr``, ``weight_decay``, ``groups``).
+
+    Returns:
+        ``[{"params", "lr", "weight_decay", "name"}]`` in group order: what an optimizer factory gets in
+        ``ctx.param_groups``.
 
     Raises:
         RecipeError: An override names a group that does not exist.
     """
     names = {g.name for g in groups}
-    for name in section.groups:
+    for name in options.groups:
         if name not in names:
             raise RecipeError(
                 f"optimizer.groups.{name}: no parameter group of that name{did_you_mean(name, names)}",
                 fix="groups of this recipe: " + ", ".join(sorted(names)),
             )
-    torch_groups = []
+    out = []
     for group in groups:
-        override = section.groups.get(group.name)
-        lr = section.lr * group.lr_mult
-        weight_decay = section.weight_decay if group.weight_decay is None else group.weight_decay
+        override = options.groups.get(group.name)
+        lr = options.lr * group.lr_mult
+        weight_decay = options.weight_decay if group.weight_decay is None else group.weight_decay
         if override is not None:
             if override.lr is not None:
                 lr = override.lr
             elif override.lr_mult is not None:
-                lr = section.lr * override.lr_mult
+                lr = options.lr * override.lr_mult
             if override.weight_decay is not None:
                 weight_decay = override.weight_decay
-        torch_groups.append({"params": group.params, "lr": lr, "weight_decay": weight_decay, "name": group.name})
-    if section.name == "adam":
-        return torch.optim.Adam(torch_groups, lr=section.lr, betas=section.betas)
-    if section.name == "adamw":
-        return torch.optim.AdamW(torch_groups, lr=section.lr, betas=section.betas)
-    return torch.optim.SGD(torch_groups, lr=section.lr, momentum=section.momentum, nesterov=section.nesterov)
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, section: Any, epochs: int) -> Any:
-    """Per-epoch schedule (``None`` for ``name = "none"``)."""
-    name = section.name
-    if name == "none":
-        return None
-    if name == "step":
-        return torch.optim.lr_scheduler.StepLR(optimizer, section.step_size, section.gamma)
-    if name == "multistep":
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, section.milestones, section.gamma)
-    if name == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="max", factor=section.gamma, patience=section.patience, min_lr=section.min_lr
-        )
-    base_lrs = [g["lr"] for g in optimizer.param_groups]
-    warmup, total = section.warmup_epochs, max(epochs, 1)
-
-    def factor(epoch: int, base: float) -> float:
-        if epoch < warmup:
-            return (epoch + 1) / (warmup + 1)
-        progress = (epoch - warmup) / max(total - warmup, 1)
-        floor = section.min_lr / base if base > 0 else 0.0
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [lambda e, b=b: factor(e, b) for b in base_lrs]
-    )
+        out.append({"params": group.params, "lr": lr, "weight_decay": weight_decay, "name": group.name})
+    return out

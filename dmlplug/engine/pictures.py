@@ -16,6 +16,7 @@ goes on.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,12 @@ def at_evaluation(run: Any, split: str) -> None:
         log.warning("retrieval pictures of the %s split not written: %s: %s", split, type(exc).__name__, exc)
 
 
-def write_pictures(ctx: Any, source: Any, directory: Path, *, epoch: int, split: str, queries: int, k: int,
+def write_pictures(eval_context: Any, source: Any, directory: Path, *, epoch: int, split: str, queries: int, k: int,
                    seed: int, thumb: int = 64) -> dict[str, Path]:
-    """Draw the worst-queries and fixed-sample grids of ``ctx`` and write them into ``directory``.
+    """Draw the worst-queries and fixed-sample grids of ``eval_context`` and write them into ``directory``.
 
     Args:
-        ctx: The evaluation's :class:`~dmlplug.evaluation.EvalContext` (item ``i`` is ``source`` item ``i``).
+        eval_context: The evaluation's :class:`~dmlplug.evaluation.EvalContext` (item ``i`` is ``source`` item ``i``).
         source: The evaluated :class:`~dmlplug.data.ImageSource` (its untransformed images are shown).
         directory: Where the PNGs go (``<run>/pictures/<split>``).
         epoch: The evaluation's epoch (0: the untrained model), in the file names.
@@ -78,9 +79,9 @@ def write_pictures(ctx: Any, source: Any, directory: Path, *, epoch: int, split:
             _skipped.add(key)
             log.info("no retrieval pictures for the %s split: its source gives no PIL images", split)
         return {}
-    if len(ctx.knn_queries) == 0:
+    if len(eval_context.knn_queries) == 0:
         return {}
-    ap_name, ap = query_average_precision(ctx)
+    ap_name, ap = query_average_precision(eval_context)
     rows = {"worst": worst_queries(ap, queries), "sample": sample_queries(len(ap), queries, seed)}
     titles = {"worst": f"{split}, epoch {epoch}: the {len(rows['worst'])} worst queries by {ap_name}",
               "sample": f"{split}, epoch {epoch}: {len(rows['sample'])} fixed random queries"}
@@ -96,13 +97,12 @@ def write_pictures(ctx: Any, source: Any, directory: Path, *, epoch: int, split:
     def class_name(label: int) -> str:
         return names[label] if 0 <= label < len(names) else str(label)
 
-    written = {}
+    written: dict[str, Path] = {}
     for kind in KINDS:
-        cells = retrieval_cells(retrieve_rows(ctx, rows[kind], k, ap), load, class_name, ap_name)
+        cells = retrieval_cells(retrieve_rows(eval_context, rows[kind], k, ap), load, class_name, ap_name)
         title = titles[kind] + "\nframe: green = same class, red = other class; number: cosine similarity"
         grid = render_grid(cells, title=title, thumb=thumb)
-        written[kind] = atomic_write(directory / f"epoch_{epoch:03d}_{kind}.png",
-                                     lambda handle, grid=grid: grid.save(handle, format="PNG"))
+        written[kind] = atomic_write(directory / f"epoch_{epoch:03d}_{kind}.png", partial(grid.save, format="PNG"))
     return written
 
 

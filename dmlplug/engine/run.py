@@ -99,12 +99,24 @@ class Run:
     @property
     def model(self) -> Any:
         """The :class:`~dmlplug.engine.model.EmbeddingModel` being trained."""
-        return self.components.model
+        return self._components().model
 
     @property
     def optimizer(self) -> Any:
         """The optimizer; every parameter group carries its ``name``."""
-        return self.training.optimizer
+        return self._training().optimizer
+
+    def _components(self) -> Components:
+        """:attr:`components`, set by :meth:`build` (AttributeError before, as ``None.model`` would raise)."""
+        if self.components is None:
+            raise AttributeError("the run has no components before build()")
+        return self.components
+
+    def _training(self) -> Training:
+        """:attr:`training`, set by :meth:`build` (AttributeError before, as ``None.optimizer`` would raise)."""
+        if self.training is None:
+            raise AttributeError("the run has no training machinery before build()")
+        return self.training
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -133,7 +145,7 @@ class Run:
         """
         import torch
 
-        c, r = self.components, self.recipe.recipe
+        c, r = self._components(), self.recipe.recipe
         self._prepared = True
         if r.run.channels_last:
             c.model.to(memory_format=torch.channels_last)
@@ -167,10 +179,10 @@ class Run:
     # ------------------------------------------------------------------------------------------ services
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Embed ``split`` and run every evaluator; returns the metrics (the context is kept for hooks)."""
-        metrics, ctx = evaluate_split(self.components, self.recipe.recipe, split, device=self.device,
-                                      autocast=self.training.autocast)
-        self.knn_backend = getattr(ctx, "backend_used", None) or self.knn_backend
-        self.eval_context = ctx
+        metrics, eval_context = evaluate_split(self._components(), self.recipe.recipe, split, device=self.device,
+                                      autocast=self._training().autocast)
+        self.knn_backend = getattr(eval_context, "backend_used", None) or self.knn_backend
+        self.eval_context = eval_context
         return metrics
 
     def save(self, name: str) -> Path:
@@ -179,7 +191,9 @@ class Run:
 
     def write_artifacts(self) -> list[Path]:
         """The evaluators' files of the last evaluation, in the run directory."""
-        return write_artifacts(self.components, self.eval_context, self.directory)
+        if self.eval_context is None:  # no evaluation yet (write_artifacts would return [] too)
+            return []
+        return write_artifacts(self._components(), self.eval_context, self.directory)
 
     def result(self, status: str, error: BaseException | None = None) -> RunResult:
         """Write ``results.json`` (rank 0) and return the result."""

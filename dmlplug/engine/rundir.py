@@ -19,7 +19,6 @@ ENVIRONMENT = "environment.json"
 METRICS_LOG = "metrics.jsonl"
 RESULTS = "results.json"
 CHECKPOINTS = "checkpoints"
-TENSORBOARD = "tb"
 
 
 def choose_run_dir(output_dir: str, name: str, out: str | Path | None) -> Path:

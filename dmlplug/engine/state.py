@@ -51,7 +51,7 @@ def capture(run: Any) -> dict[str, Any]:
         "regularizers": {reg.name: reg.module.state_dict() for reg in c.regularizers
                          if isinstance(reg.module, torch.nn.Module)},
         "optimizer": training.optimizer.state_dict(),
-        "scheduler": training.scheduler.state_dict() if training.scheduler is not None else None,
+        "scheduler": training.scheduler.state_dict(),
         "scaler": training.scaler.state_dict(),
         "ema": c.ema_model.state_dict() if c.ema_model is not None else None,
         "best": run.best.state(),
@@ -79,7 +79,7 @@ def restore(run: Any, state: dict[str, Any]) -> None:
         if c.ema_model is not None and state.get("ema") is not None:
             c.ema_model.load_state_dict(state["ema"])
         training.optimizer.load_state_dict(state["optimizer"])
-        if training.scheduler is not None and state.get("scheduler") is not None:
+        if state.get("scheduler") is not None:  # None: written without a schedule object (no schedule)
             training.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             training.scaler.load_state_dict(state["scaler"])

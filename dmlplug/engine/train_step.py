@@ -121,6 +121,7 @@ class TrainStep:
         """
         c = self.components
         if c.ema_model is not None:
+            assert self.training.ema_momentum is not None  # assemble() sets it with ema_model
             ema_update(c.ema_model, c.model, self.training.ema_momentum)
         if output is None:
             return

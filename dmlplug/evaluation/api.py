@@ -27,20 +27,18 @@ def build_evaluators(specs: list[Any] | None = None, host: Any = None) -> list[A
     """
     from dmlplug.context import BuildContext
     from dmlplug.plugins import get_host
+    from dmlplug.tables import validate_table
 
     host = host or get_host()
     built = []
     for i, spec in enumerate(DEFAULT_EVALUATORS if specs is None else specs):
-        if isinstance(spec, str):
-            name, params = spec, {}
-        elif isinstance(spec, dict) and isinstance(spec.get("name"), str):
-            params = {k: v for k, v in spec.items() if k != "name"}
-            name = spec["name"]
-        else:
+        table = {"name": spec} if isinstance(spec, str) else spec
+        if not (isinstance(table, dict) and isinstance(table.get("name"), str)):
             raise ComponentError(f"evaluator spec {spec!r} is neither a name nor a dict with a 'name' key",
                                  where=f"evaluators[{i}]", fix='use "recall" or {"name": "recall", "k": [1, 5]}')
-        info = host.registry.get("evaluators", name)
-        evaluator = info.build(info.validate(params, where=f"evaluators[{i}] ({name})"), BuildContext(host=host))
+        name = table["name"]
+        validated = validate_table("evaluators", table, where=f"evaluators[{i}] ({name})", registry=host.registry)
+        evaluator = validated.build(BuildContext(host=host))
         if not hasattr(evaluator, "name"):
             evaluator.name = name
         built.append(evaluator)
@@ -64,11 +62,11 @@ def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, 
             its class in the gallery (see :func:`check_valid_queries`).
     """
     built = build_evaluators(evaluators)
-    ctx = EvalContext(embeddings, labels, **options)
-    check_valid_queries(built, ctx, where="evaluation input")
-    metrics = run_evaluators(built, ctx)
+    eval_context = EvalContext(embeddings, labels, **options)
+    check_valid_queries(built, eval_context, where="evaluation input")
+    metrics = run_evaluators(built, eval_context)
     if artifacts_dir is not None:
-        write_all_artifacts(built, ctx, Path(artifacts_dir))
+        write_all_artifacts(built, eval_context, Path(artifacts_dir))
     return metrics
 
 
@@ -169,7 +167,7 @@ def _check_finite_rows(path: Path, key: str, array: np.ndarray) -> None:
                         "or drop those rows from every array of the file")
 
 
-def check_valid_queries(evaluators: list[Any], ctx: EvalContext, where: str) -> None:
+def check_valid_queries(evaluators: list[Any], eval_context: EvalContext, where: str) -> None:
     """Refuse a kNN evaluation in which no query has another item of its class in the gallery.
 
     Lone queries are left out of kNN metrics and counted in ``excluded_queries``; when every query is
@@ -177,7 +175,7 @@ def check_valid_queries(evaluators: list[Any], ctx: EvalContext, where: str) -> 
 
     Args:
         evaluators: The built evaluators; those with ``required_k`` use the kNN graph.
-        ctx: The evaluation context.
+        eval_context: The evaluation context.
         where: Where the data came from, for the message.
 
     Raises:
@@ -186,11 +184,11 @@ def check_valid_queries(evaluators: list[Any], ctx: EvalContext, where: str) -> 
     from dmlplug.protocols import HasRequiredK
 
     knn = [getattr(e, "name", type(e).__name__) for e in evaluators if isinstance(e, HasRequiredK)]
-    if not knn or len(ctx.knn_queries):
+    if not knn or len(eval_context.knn_queries):
         return
     # (an empty query set is refused earlier, by EvalContext)
-    what = (f"none of the {ctx.num_queries} queries has another item of its class in the gallery "
-            f"(excluded_queries = {ctx.excluded_queries})")
+    what = (f"none of the {eval_context.num_queries} queries has another item of its class in the gallery "
+            f"(excluded_queries = {eval_context.excluded_queries})")
     raise DataError(f"no valid query for the kNN evaluators ({', '.join(knn)}): {what}, so every kNN metric is "
                     "undefined", where=where,
                     fix="check query_mask / gallery_mask: each query's class needs at least one other item in the "
@@ -237,14 +235,14 @@ def evaluate_file(path: str | Path, evaluators: list[str] | None = None, sets: l
     specs = [{"name": n, **params.get(n, {})} for n in names]
     built = build_evaluators(specs)
     data = load_npz(path)
-    ctx = EvalContext(data["embeddings"], data["labels"], query_mask=data.get("query_mask"),
+    eval_context = EvalContext(data["embeddings"], data["labels"], query_mask=data.get("query_mask"),
                       gallery_mask=data.get("gallery_mask"), backend=backend,
                       memory_budget_mb=memory_budget_mb, seed=seed)
-    check_valid_queries(built, ctx, where=str(path))
-    metrics = run_evaluators(built, ctx)
+    check_valid_queries(built, eval_context, where=str(path))
+    metrics = run_evaluators(built, eval_context)
     if artifacts_dir is not None:
-        write_all_artifacts(built, ctx, Path(artifacts_dir))
-    return metrics, ctx
+        write_all_artifacts(built, eval_context, Path(artifacts_dir))
+    return metrics, eval_context
 
 
 def format_table(metrics: dict[str, float]) -> str:

@@ -319,16 +319,20 @@ def _spread(accepted: np.ndarray, class_pairs: np.ndarray, labels: np.ndarray) -
 
 
 # ------------------------------------------------------------------------------------------- helpers
-def _opis(x: np.ndarray, y: np.ndarray, options: dict[str, Any], seed: int, budget_mb: float) -> dict[str, float]:
-    """OPIS and ε-OPIS by the ``opis`` evaluator's own code, on the embeddings as given (like a run's evaluation)."""
+def _opis(x: np.ndarray, y: np.ndarray, options: dict[str, Any], seed: int,
+          budget_mb: float) -> dict[str, float | None]:
+    """OPIS and ε-OPIS by the ``opis`` evaluator's own code, on the embeddings as given (like a run's evaluation).
+
+    An undefined (NaN) value is None.
+    """
     from dmlplug.evaluation.context import EvalContext
     from dmlplug.evaluation.opis import OpisEvaluator
 
     evaluator = OpisEvaluator(["opis", "eps_opis"], dict(options["pairs"]), options["grid_size"],
                               options["far_range"], options["distance_range"], options["kind"],
                               options["epsilon"], options["pooling"])
-    ctx = EvalContext(x, y, backend="torch", memory_budget_mb=budget_mb, seed=seed)
-    return {k: (None if math.isnan(v) else float(v)) for k, v in evaluator.evaluate(ctx).items()}
+    eval_context = EvalContext(x, y, backend="torch", memory_budget_mb=budget_mb, seed=seed)
+    return {k: (None if math.isnan(v) else float(v)) for k, v in evaluator.evaluate(eval_context).items()}
 
 
 def _check_inputs(embeddings: Any, labels: Any, far_targets: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -12,26 +12,26 @@ import numpy as np
 from dmlplug.evaluation.context import EvalContext
 
 
-def kmeans_assignments(ctx: EvalContext, iterations: int = 20) -> np.ndarray:
-    """Cluster index of every query (cached in ``ctx``); faiss k-means, scikit-learn when faiss is absent.
+def kmeans_assignments(eval_context: EvalContext, iterations: int = 20) -> np.ndarray:
+    """Cluster index of every query (cached in ``eval_context``); faiss k-means, scikit-learn when faiss is absent.
 
     faiss runs ``iterations`` Lloyd steps from a seeded random initialisation, with
     ``min_points_per_centroid = 1`` and no subsampling, as the reference DML codes do.
     """
     key = ("kmeans", iterations)
-    if key in ctx.cache:
-        return ctx.cache[key]
-    x = ctx.numpy_embeddings(ctx.query_index)
-    num_clusters = len(np.unique(ctx.query_labels))
+    if key in eval_context.cache:
+        return eval_context.cache[key]
+    x = eval_context.numpy_embeddings(eval_context.query_index)
+    num_clusters = len(np.unique(eval_context.query_labels))
     if num_clusters <= 1:
         assignment = np.zeros(len(x), dtype=np.int64)
     else:
         try:
             import faiss
-        except ImportError:
-            faiss = None
+        except ImportError:  # optional: scikit-learn's k-means below
+            faiss = None  # type: ignore[assignment]  # None marks faiss as absent (mypy types the name a module)
         if faiss is not None:
-            km = faiss.Kmeans(x.shape[1], num_clusters, niter=iterations, seed=ctx.seed,
+            km = faiss.Kmeans(x.shape[1], num_clusters, niter=iterations, seed=eval_context.seed,
                               min_points_per_centroid=1, max_points_per_centroid=max(256, len(x)),
                               verbose=False)
             km.train(np.ascontiguousarray(x))
@@ -40,9 +40,9 @@ def kmeans_assignments(ctx: EvalContext, iterations: int = 20) -> np.ndarray:
         else:
             from sklearn.cluster import KMeans
 
-            km = KMeans(n_clusters=num_clusters, n_init=1, max_iter=iterations, random_state=ctx.seed)
+            km = KMeans(n_clusters=num_clusters, n_init=1, max_iter=iterations, random_state=eval_context.seed)
             assignment = km.fit_predict(x).astype(np.int64)
-    ctx.cache[key] = assignment
+    eval_context.cache[key] = assignment
     return assignment
 
 
@@ -78,17 +78,20 @@ class ClusteringEvaluator:
         average_method: Normalisation of NMI/AMI in scikit-learn (``arithmetic`` is its default).
     """
 
+    #: The evaluator's name (metric or table name), set by the factory that builds it.
+    name: str
+
     def __init__(self, metrics: list[str], iterations: int = 20, average_method: str = "arithmetic"):
         self.metrics = metrics
         self.iterations = iterations
         self.average_method = average_method
 
-    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
         """The requested clustering metrics."""
         from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
-        clusters = kmeans_assignments(ctx, self.iterations)
-        labels = ctx.query_labels
+        clusters = kmeans_assignments(eval_context, self.iterations)
+        labels = eval_context.query_labels
         out = {}
         for name in self.metrics:
             if name == "nmi":

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from dmlplug.errors import DataError, RunError
-from dmlplug.evaluation.knn import default_budget_bytes, exact_knn, resolve_backend
+from dmlplug.evaluation.knn import SearchStats, default_budget_bytes, exact_knn, resolve_backend
 
 
 class EvalContext:
@@ -76,7 +76,7 @@ class EvalContext:
         self._rel_knn: np.ndarray | None = None  # canonical up to swaps of equally relevant near-ties
         self._rel_depth = np.zeros(0, dtype=np.int64)
         self._hits: np.ndarray | None = None
-        self.search_stats = None
+        self.search_stats: SearchStats | None = None
         self._label_stats()
 
     # ----------------------------------------------------------------------------------------- sets

@@ -177,31 +177,34 @@ class OpisEvaluator:
         pooling: ε-OPIS pooling (``"average"`` or ``"pairs"``).
     """
 
+    #: The evaluator's name (metric or table name), set by the factory that builds it.
+    name: str
+
     def __init__(self, metrics: list[str], pairs: dict[str, Any], grid_size: int,
                  far_range: tuple[float, float], distance_range: tuple[float, float] | None,
                  kind: str = "roc", epsilon: float = 0.1, pooling: str = "average"):
         self.metrics = metrics
         self.pair_options = pairs
-        self.curve_options = {"grid_size": grid_size, "far_range": tuple(far_range),
-                              "distance_range": tuple(distance_range) if distance_range else None,
-                              "kind": kind}
+        self.curve_options: dict[str, Any] = {"grid_size": grid_size, "far_range": tuple(far_range),
+                                              "distance_range": tuple(distance_range) if distance_range else None,
+                                              "kind": kind}
         self.epsilon = epsilon
         self.pooling = pooling
 
-    def curves(self, ctx: EvalContext) -> UtilityCurves | None:
+    def curves(self, eval_context: EvalContext) -> UtilityCurves | None:
         """Per-class utility curves (cached in the context), ``None`` without negative pairs."""
         key = ("opis_curves", tuple(sorted(self.pair_options.items())), tuple(self.curve_options.items()))
-        if key not in ctx.cache:
-            pairs = get_pairs(ctx, **self.pair_options)
+        if key not in eval_context.cache:
+            pairs = get_pairs(eval_context, **self.pair_options)
             if len(pairs.neg_dist) == 0 and self.curve_options["distance_range"] is None:
-                ctx.cache[key] = None
+                eval_context.cache[key] = None
             else:
-                ctx.cache[key] = utility_curves(pairs, **self.curve_options)
-        return ctx.cache[key]
+                eval_context.cache[key] = utility_curves(pairs, **self.curve_options)
+        return eval_context.cache[key]
 
-    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
         """The requested OPIS values (NaN when no class has both positive and negative pairs)."""
-        curves = self.curves(ctx)
+        curves = self.curves(eval_context)
         out = {}
         if "opis" in self.metrics:
             out["opis"] = opis_value(curves) if curves is not None else float("nan")
@@ -210,9 +213,9 @@ class OpisEvaluator:
                                if curves is not None else float("nan"))
         return out
 
-    def write_artifacts(self, ctx: EvalContext, directory: Path) -> list[Path]:
+    def write_artifacts(self, eval_context: EvalContext, directory: Path) -> list[Path]:
         """``opis_per_class.csv``, ``opis_curves.json`` (range, grid, per-class utilities) and ``opis.png``."""
-        curves = self.curves(ctx)
+        curves = self.curves(eval_context)
         if curves is None or len(curves.classes) == 0:
             return []
         directory.mkdir(parents=True, exist_ok=True)
@@ -231,17 +234,17 @@ class OpisEvaluator:
             "classes": [int(c) for c in curves.classes], "per_class_utility": np.round(u, 6).tolist(),
             "mean_utility": np.round(u.mean(0), 6).tolist(),
         }))
-        figure = self.figures(ctx)["opis_utility"]
+        figure = self.figures(eval_context)["opis_utility"]
         png = directory / "opis.png"
         figure.savefig(png, dpi=100)
         figure.clear()
         return [table, data, png]
 
-    def figures(self, ctx: EvalContext) -> dict[str, Any]:
+    def figures(self, eval_context: EvalContext) -> dict[str, Any]:
         """Utility against threshold: every class (up to 300, thin), their mean and the ε groups."""
         from matplotlib.figure import Figure
 
-        curves = self.curves(ctx)
+        curves = self.curves(eval_context)
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
         if curves is not None and len(curves.classes):

@@ -116,7 +116,8 @@ class PairScan:
     def refine(self, intervals: list[tuple[int, int]], bins: int) -> list[Refined]:
         """Exact values inside each bin interval ``(lo, hi)`` and per-class positive counts above it."""
         c = self.num_classes
-        parts = [([], [], [], np.zeros(c, dtype=np.int64)) for _ in intervals]
+        parts: list[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], np.ndarray]] = [
+            ([], [], [], np.zeros(c, dtype=np.int64)) for _ in intervals]
         for pos, pos_cls, neg in self.blocks():
             pb, nb = bin_index(pos, bins), bin_index(neg, bins)
             for (lo, hi), (pv, pc, nv, above) in zip(intervals, parts, strict=True):

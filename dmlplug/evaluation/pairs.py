@@ -6,7 +6,7 @@ Two ways to build the pair set (Zhang et al. 2023, the TCM paper):
   belongs to the negative sets of both its classes.
 * ``sampled``: for every class all its positive pairs (capped, see ``max_positives_per_class``) plus
   ``negative_ratio`` times as many negative pairs, each with one member drawn from the class and the
-  other from outside it (large sets such as SOP, iNat), drawn with ``ctx.seed``.
+  other from outside it (large sets such as SOP, iNat), drawn with ``eval_context.seed``.
 
 In leave-one-out mode pairs are taken within the evaluated set; in query/gallery mode a pair is a query
 and a gallery item (never the same item), and a negative pair belongs to the query's class.
@@ -44,33 +44,33 @@ class PairSet:
     mode: str
 
 
-def get_pairs(ctx: EvalContext, mode: str = "auto", *, max_all_pairs: int = 20_000_000,
+def get_pairs(eval_context: EvalContext, mode: str = "auto", *, max_all_pairs: int = 20_000_000,
               negative_ratio: float = 10.0, max_positives_per_class: int = 100_000) -> PairSet:
     """The context's pair set (built once per set of options and cached).
 
     Args:
-        ctx: Evaluation context.
+        eval_context: Evaluation context.
         mode: ``"all"``, ``"sampled"`` or ``"auto"`` (all pairs when there are at most ``max_all_pairs``).
         max_all_pairs: Threshold of ``auto``.
         negative_ratio: Sampled negatives per positive, per class.
         max_positives_per_class: In sampled mode, classes with more positive pairs are subsampled.
     """
-    left, right = _sides(ctx)
-    total = len(left) * (len(left) - 1) // 2 if ctx.leave_one_out else len(left) * len(right)
+    left, right = _sides(eval_context)
+    total = len(left) * (len(left) - 1) // 2 if eval_context.leave_one_out else len(left) * len(right)
     if mode == "auto":
         mode = "all" if total <= max_all_pairs else "sampled"
     key = ("pairs", mode, negative_ratio, max_positives_per_class)
-    if key not in ctx.cache:
+    if key not in eval_context.cache:
         if mode == "all":
-            ctx.cache[key] = _all_pairs(ctx, left, right)
+            eval_context.cache[key] = _all_pairs(eval_context, left, right)
         elif mode == "sampled":
-            ctx.cache[key] = _sampled_pairs(ctx, left, right, negative_ratio, max_positives_per_class)
+            eval_context.cache[key] = _sampled_pairs(eval_context, left, right, negative_ratio, max_positives_per_class)
         else:
             raise ValueError(f"unknown pair mode {mode!r}")
-    return ctx.cache[key]
+    return eval_context.cache[key]
 
 
-def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_pair_distances(eval_context: EvalContext, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Distances of ``n`` positive and ``n`` negative (query, gallery) pairs drawn uniformly with ``seed``.
 
     Unlike :func:`get_pairs` (every pair, or a per-class sample sized by the data), this draws a fixed number
@@ -80,7 +80,7 @@ def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarr
     uniformly drawn gallery item of another class.
 
     Args:
-        ctx: The evaluation context.
+        eval_context: The evaluation context.
         n: Pairs of each kind.
         seed: Random seed.
 
@@ -88,18 +88,18 @@ def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarr
         ``(positive, negative)`` float64 Euclidean distances (empty when no such pair exists).
     """
     rng = np.random.default_rng(seed)
-    x = ctx.numpy_embeddings()
-    q_index, g_index = ctx.query_index, ctx.gallery_index
-    g_labels = ctx.labels[g_index]
+    x = eval_context.numpy_embeddings()
+    q_index, g_index = eval_context.query_index, eval_context.gallery_index
+    g_labels = eval_context.labels[g_index]
     order = np.argsort(g_labels, kind="stable")
     classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
     pos = np.empty(0)
-    kept = ctx.knn_queries  # queries with at least one gallery item of their class (self excluded)
+    kept = eval_context.knn_queries  # queries with at least one gallery item of their class (self excluded)
     if len(kept):
         rows = kept[rng.integers(0, len(kept), size=n)]
         q = q_index[rows]
-        cls = np.searchsorted(classes, ctx.labels[q])
-        self_pos = ctx.self_pos[rows]
+        cls = np.searchsorted(classes, eval_context.labels[q])
+        self_pos = eval_context.self_pos[rows]
         own = self_pos >= 0
         slot = starts[cls] + (rng.random(n) * (counts[cls] - own)).astype(np.int64)
         if own.any():
@@ -108,12 +108,12 @@ def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarr
             rank[order] = np.arange(len(order))
             own_rank = np.where(own, rank[np.maximum(self_pos, 0)], np.iinfo(np.int64).max)
             slot = slot + (slot >= own_rank)
-        pos = _pair_distances(x, q, g_index[order[slot]], ctx.budget_bytes)
+        pos = _pair_distances(x, q, g_index[order[slot]], eval_context.budget_bytes)
     # Negatives: a gallery item outside the query's class, by drawing a rank among the non-members.
     neg = np.empty(0)
-    q_cls = np.searchsorted(classes, ctx.labels[q_index])
+    q_cls = np.searchsorted(classes, eval_context.labels[q_index])
     clipped = np.minimum(q_cls, len(classes) - 1)
-    present = (q_cls < len(classes)) & (classes[clipped] == ctx.labels[q_index])
+    present = (q_cls < len(classes)) & (classes[clipped] == eval_context.labels[q_index])
     members = np.where(present, counts[clipped], 0)
     eligible = np.flatnonzero(len(g_index) - members > 0)
     if len(eligible):
@@ -121,34 +121,35 @@ def sample_pair_distances(ctx: EvalContext, n: int, seed: int) -> tuple[np.ndarr
         m = members[rows]
         start = np.where(m > 0, starts[clipped[rows]], 0)
         r = (rng.random(n) * (len(g_index) - m)).astype(np.int64)
-        neg = _pair_distances(x, q_index[rows], g_index[order[np.where(r < start, r, r + m)]], ctx.budget_bytes)
+        neg = _pair_distances(x, q_index[rows], g_index[order[np.where(r < start, r, r + m)]],
+                              eval_context.budget_bytes)
     return pos, neg
 
 
-def _sides(ctx: EvalContext) -> tuple[np.ndarray, np.ndarray]:
-    return ctx.query_index, ctx.gallery_index
+def _sides(eval_context: EvalContext) -> tuple[np.ndarray, np.ndarray]:
+    return eval_context.query_index, eval_context.gallery_index
 
 
-def _class_index(ctx: EvalContext) -> tuple[np.ndarray, np.ndarray]:
+def _class_index(eval_context: EvalContext) -> tuple[np.ndarray, np.ndarray]:
     """Dense class index of every item (over the whole set) and the labels of the classes."""
-    classes, inverse = np.unique(ctx.labels, return_inverse=True)
+    classes, inverse = np.unique(eval_context.labels, return_inverse=True)
     return inverse.astype(np.int32), classes
 
 
-def _all_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray) -> PairSet:
-    x = ctx.numpy_embeddings()
-    cls, classes = _class_index(ctx)
+def _all_pairs(eval_context: EvalContext, left: np.ndarray, right: np.ndarray) -> PairSet:
+    x = eval_context.numpy_embeddings()
+    cls, classes = _class_index(eval_context)
     sq = np.einsum("ij,ij->i", x, x).astype(np.float32)
     pos_d, pos_c, neg_d, neg_a, neg_b = [], [], [], [], []
-    block = max(1, ctx.budget_bytes // max(1, 24 * len(right)))
+    block = max(1, eval_context.budget_bytes // max(1, 24 * len(right)))
     for start in range(0, len(left), block):
         rows = left[start:start + block]
-        cols = right[start + 1:] if ctx.leave_one_out else right
+        cols = right[start + 1:] if eval_context.leave_one_out else right
         if len(cols) == 0:
             continue
         d2 = sq[rows, None] + sq[None, cols] - 2.0 * (x[rows] @ x[cols].T)
         # Leave-one-out: each unordered pair once; query/gallery: every pair but an item with itself.
-        valid = (cols[None, :] > rows[:, None]) if ctx.leave_one_out else (cols[None, :] != rows[:, None])
+        valid = (cols[None, :] > rows[:, None]) if eval_context.leave_one_out else (cols[None, :] != rows[:, None])
         dist = np.sqrt(np.maximum(d2, 0.0, dtype=np.float32))
         ca, cb = cls[rows][:, None], cls[cols][None, :]
         same = (ca == cb) & valid
@@ -157,7 +158,7 @@ def _all_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray) -> PairSet
         pos_c.append(np.broadcast_to(ca, same.shape)[same])
         neg_d.append(dist[diff])
         neg_a.append(np.broadcast_to(ca, diff.shape)[diff])
-        if ctx.leave_one_out:
+        if eval_context.leave_one_out:
             neg_b.append(np.broadcast_to(cb, diff.shape)[diff])
         else:
             neg_b.append(np.full(int(diff.sum()), -1, dtype=np.int32))
@@ -165,11 +166,11 @@ def _all_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray) -> PairSet
                    _cat(neg_a, np.int32), _cat(neg_b, np.int32), classes, "all")
 
 
-def _sampled_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray, ratio: float,
+def _sampled_pairs(eval_context: EvalContext, left: np.ndarray, right: np.ndarray, ratio: float,
                    max_pos: int) -> PairSet:
-    rng = np.random.default_rng(ctx.seed)
-    x = ctx.numpy_embeddings()
-    cls, classes = _class_index(ctx)
+    rng = np.random.default_rng(eval_context.seed)
+    x = eval_context.numpy_embeddings()
+    cls, classes = _class_index(eval_context)
     left_cls, right_cls = cls[left], cls[right]
     left_order = np.argsort(left_cls, kind="stable")
     right_order = np.argsort(right_cls, kind="stable")
@@ -181,7 +182,7 @@ def _sampled_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray, ratio:
         members_r = right[right_order[r_bounds[c]:r_bounds[c + 1]]]
         if len(members_l) == 0:
             continue
-        a, b = _positive_pairs(members_l, members_r, ctx.leave_one_out, max_pos, rng)
+        a, b = _positive_pairs(members_l, members_r, eval_context.leave_one_out, max_pos, rng)
         if len(a) == 0:
             continue
         pa.append(a)
@@ -199,8 +200,8 @@ def _sampled_pairs(ctx: EvalContext, left: np.ndarray, right: np.ndarray, ratio:
         na.append(anchor)
         nb.append(right[right_order[shifted]])
         nc.append(np.full(count, c, dtype=np.int32))
-    pos_dist = _pair_distances(x, _cat(pa, np.int64), _cat(pb, np.int64), ctx.budget_bytes)
-    neg_dist = _pair_distances(x, _cat(na, np.int64), _cat(nb, np.int64), ctx.budget_bytes)
+    pos_dist = _pair_distances(x, _cat(pa, np.int64), _cat(pb, np.int64), eval_context.budget_bytes)
+    neg_dist = _pair_distances(x, _cat(na, np.int64), _cat(nb, np.int64), eval_context.budget_bytes)
     nc_all = _cat(nc, np.int32)
     return PairSet(pos_dist, _cat(pc, np.int32), neg_dist, nc_all, np.full(len(nc_all), -1, np.int32),
                    classes, "sampled")

@@ -49,17 +49,17 @@ class RetrievedRow:
     correct: list[bool]
 
 
-def query_average_precision(ctx: EvalContext) -> tuple[str, np.ndarray]:
-    """Average precision of every kept query (rows follow ``ctx.knn_queries``) and the metric's name.
+def query_average_precision(eval_context: EvalContext) -> tuple[str, np.ndarray]:
+    """Average precision of every kept query (rows follow ``eval_context.knn_queries``) and the metric's name.
 
-    The per-query values an evaluator already computed (cached in ``ctx.cache``) are reused, MAP@R first;
+    The per-query values an evaluator already computed (cached in ``eval_context.cache``) are reused, MAP@R first;
     without any, MAP@R is computed (one relevance search of the kept queries).
     """
     from dmlplug.evaluation.retrieval import per_query_metrics, spec_key
 
-    cached = [spec for spec in AP_SPECS if ("per_query", spec) in ctx.cache]
+    cached = [spec for spec in AP_SPECS if ("per_query", spec) in eval_context.cache]
     spec = cached[0] if cached else AP_SPECS[0]
-    return spec_key(spec), per_query_metrics(ctx, [spec])[spec_key(spec)]
+    return spec_key(spec), per_query_metrics(eval_context, [spec])[spec_key(spec)]
 
 
 def worst_queries(ap: np.ndarray, count: int) -> np.ndarray:
@@ -75,12 +75,12 @@ def sample_queries(num_rows: int, count: int, seed: int) -> np.ndarray:
     return np.sort(chosen).astype(np.int64)
 
 
-def retrieve_rows(ctx: EvalContext, rows: np.ndarray, k: int, ap: np.ndarray) -> list[RetrievedRow]:
-    """The top-``k`` neighbours of the kept queries at ``rows`` (rows of ``ctx.knn_queries``).
+def retrieve_rows(eval_context: EvalContext, rows: np.ndarray, k: int, ap: np.ndarray) -> list[RetrievedRow]:
+    """The top-``k`` neighbours of the kept queries at ``rows`` (rows of ``eval_context.knn_queries``).
 
     Args:
-        ctx: The evaluation context.
-        rows: Rows of ``ctx.knn_queries``.
+        eval_context: The evaluation context.
+        rows: Rows of ``eval_context.knn_queries``.
         k: Neighbours per query (capped at the gallery size).
         ap: Average precision of every kept query (from :func:`query_average_precision`).
 
@@ -92,23 +92,24 @@ def retrieve_rows(ctx: EvalContext, rows: np.ndarray, k: int, ap: np.ndarray) ->
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) == 0:
         return []
-    positions = ctx.knn_queries[rows]  # query positions
-    items = ctx.query_index[positions]  # item indices in the split
-    k = max(1, min(int(k), ctx.max_neighbours))
+    positions = eval_context.knn_queries[rows]  # query positions
+    items = eval_context.query_index[positions]  # item indices in the split
+    k = max(1, min(int(k), eval_context.max_neighbours))
     # Leave-one-out: the gallery is every row, searched in place (no copy of the N×D matrix).
-    gallery = ctx.embeddings if ctx.leave_one_out else _take(ctx.embeddings, ctx.gallery_index)
-    found, _ = exact_knn(_take(ctx.embeddings, items), gallery, k,
-                         self_pos=ctx.self_pos[positions], backend=ctx.backend_used, budget_bytes=ctx.budget_bytes)
-    query_vectors = _numpy(_take(ctx.embeddings, items)).astype(np.float64)
-    result = []
+    embeddings = eval_context.embeddings
+    gallery = embeddings if eval_context.leave_one_out else _take(embeddings, eval_context.gallery_index)
+    found, _ = exact_knn(_take(embeddings, items), gallery, k, self_pos=eval_context.self_pos[positions],
+                         backend=eval_context.backend_used, budget_bytes=eval_context.budget_bytes)
+    query_vectors = _numpy(_take(eval_context.embeddings, items)).astype(np.float64)
+    result: list[RetrievedRow] = []
     for row, item, neighbours in zip(rows, items, found, strict=True):
         neighbours = neighbours[neighbours >= 0]
-        neighbour_items = ctx.gallery_index[neighbours]
-        vectors = _numpy(_take(ctx.embeddings, neighbour_items)).astype(np.float64)
+        neighbour_items = eval_context.gallery_index[neighbours]
+        vectors = _numpy(_take(eval_context.embeddings, neighbour_items)).astype(np.float64)
         query = query_vectors[len(result)]
         norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(query)
         similarities = vectors @ query / np.where(norms > 0, norms, 1.0)
-        label, labels = int(ctx.labels[item]), ctx.labels[neighbour_items]
+        label, labels = int(eval_context.labels[item]), eval_context.labels[neighbour_items]
         result.append(RetrievedRow(
             query=int(item), label=label, ap=float(ap[row]), neighbours=[int(i) for i in neighbour_items],
             labels=[int(y) for y in labels], similarities=[float(s) for s in similarities],

@@ -25,23 +25,23 @@ from dmlplug.evaluation.context import EvalContext
 _ROW_BLOCK_ELEMENTS = 4_000_000  # rows × k elements handled per block (float64 cumsum)
 
 
-def per_query_metrics(ctx: EvalContext, specs: Sequence[tuple[str, Any]]) -> dict[str, np.ndarray]:
-    """Compute per-query values (rows follow ``ctx.knn_queries``) for metric specs, cached in ``ctx``.
+def per_query_metrics(eval_context: EvalContext, specs: Sequence[tuple[str, Any]]) -> dict[str, np.ndarray]:
+    """Compute per-query values (rows follow ``eval_context.knn_queries``) for metric specs, cached in ``eval_context``.
 
     Args:
-        ctx: The evaluation context.
+        eval_context: The evaluation context.
         specs: ``(kind, arg)`` pairs: ``("recall", k)``, ``("map_r", None)``, ``("r_precision", None)``,
             ``("map_k", (k, "standard"|"revisiting"))``, ``("map_c", "standard"|"revisiting")``.
 
     Returns:
         One float64 array per spec, keyed by :func:`spec_key`.
     """
-    todo = [s for s in specs if ("per_query", s) not in ctx.cache]
+    todo = [s for s in specs if ("per_query", s) not in eval_context.cache]
     if todo:
         for s in todo:
-            ctx.request_k(_spec_k(ctx, s))
-        hits = ctx.hits()
-        relevant = ctx.relevant[ctx.knn_queries].astype(np.float64)
+            eval_context.request_k(_spec_k(eval_context, s))
+        hits = eval_context.hits()
+        relevant = eval_context.relevant[eval_context.knn_queries].astype(np.float64)
         out = {s: np.empty(len(relevant)) for s in todo}
         width = hits.shape[1]
         block = max(1, _ROW_BLOCK_ELEMENTS // max(1, width))
@@ -54,21 +54,21 @@ def per_query_metrics(ctx: EvalContext, specs: Sequence[tuple[str, Any]]) -> dic
             for spec in todo:
                 out[spec][start:start + block] = _evaluate_spec(spec, h, hf, precision_hits, r, ranks)
         for spec, values in out.items():
-            ctx.cache[("per_query", spec)] = values
-    return {spec_key(s): ctx.cache[("per_query", s)] for s in specs}
+            eval_context.cache[("per_query", spec)] = values
+    return {spec_key(s): eval_context.cache[("per_query", s)] for s in specs}
 
 
-def _spec_k(ctx: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:
+def _spec_k(eval_context: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:
     """Exact neighbours a metric needs: one int, or one per kept query (R_q for MAP@R)."""
     kind, arg = spec
     if kind == "recall":
         return int(arg)
     if kind in ("map_r", "r_precision"):
-        return ctx.relevant[ctx.knn_queries]
+        return eval_context.relevant[eval_context.knn_queries]
     if kind == "map_k":
         return int(arg[0])
     if kind == "map_c":
-        return ctx.relevant[ctx.knn_queries] + 1
+        return eval_context.relevant[eval_context.knn_queries] + 1
     raise ValueError(f"unknown retrieval metric {kind!r}")
 
 
@@ -125,29 +125,29 @@ class RetrievalEvaluator:
         self.per_class = per_class
         self.name = name
 
-    def required_k(self, ctx: EvalContext) -> np.ndarray:
+    def required_k(self, eval_context: EvalContext) -> np.ndarray:
         """Neighbours this evaluator needs per kept query, so the shared graph is searched only once."""
-        need = np.zeros(len(ctx.knn_queries), dtype=np.int64)
+        need = np.zeros(len(eval_context.knn_queries), dtype=np.int64)
         for spec in self.specs:
-            need = np.maximum(need, _spec_k(ctx, spec))
+            need = np.maximum(need, _spec_k(eval_context, spec))
         return need
 
-    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
         """Averaged metric values; NaN when no query has a relevant gallery item."""
-        if len(ctx.knn_queries) == 0:
+        if len(eval_context.knn_queries) == 0:
             return {spec_key(s): float("nan") for s in self.specs}
-        values = per_query_metrics(ctx, self.specs)
+        values = per_query_metrics(eval_context, self.specs)
         if self.average == "classes":
-            return {key: float(np.mean(list(ctx.per_class_mean(v).values()))) for key, v in values.items()}
+            return {key: float(np.mean(list(eval_context.per_class_mean(v).values()))) for key, v in values.items()}
         return {key: float(v.mean()) for key, v in values.items()}
 
-    def write_artifacts(self, ctx: EvalContext, directory: Path) -> list[Path]:
+    def write_artifacts(self, eval_context: EvalContext, directory: Path) -> list[Path]:
         """Per-class CSV (``<name>_per_class.csv``: class, queries, one column per metric) when asked."""
-        if not self.per_class or len(ctx.knn_queries) == 0:
+        if not self.per_class or len(eval_context.knn_queries) == 0:
             return []
-        values = per_query_metrics(ctx, self.specs)
-        per_class = {key: ctx.per_class_mean(v) for key, v in values.items()}
-        labels = ctx.query_labels[ctx.knn_queries]
+        values = per_query_metrics(eval_context, self.specs)
+        per_class = {key: eval_context.per_class_mean(v) for key, v in values.items()}
+        labels = eval_context.query_labels[eval_context.knn_queries]
         classes, counts = np.unique(labels, return_counts=True)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}_per_class.csv"

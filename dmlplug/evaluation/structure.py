@@ -115,6 +115,9 @@ class StructureEvaluator:
         max_pairs: Pair limit for the uniformity before sampling.
     """
 
+    #: The evaluator's name (metric or table name), set by the factory that builds it.
+    name: str
+
     def __init__(self, rho_m: list[int], uniformity_t: float = 2.0, uniformity_log: bool = False,
                  max_pairs: int = 20_000_000):
         self.rho_m = rho_m
@@ -122,13 +125,13 @@ class StructureEvaluator:
         self.uniformity_log = uniformity_log
         self.max_pairs = max_pairs
 
-    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
         """All structure metrics of the query set."""
-        x = ctx.numpy_embeddings(ctx.query_index)
-        labels = ctx.query_labels
+        x = eval_context.numpy_embeddings(eval_context.query_index)
+        labels = eval_context.query_labels
         s = singular_values(x)
         out = {f"rho@{m}": spectral_decay(s, m) for m in self.rho_m}
         out.update(density_metrics(x, labels))
         out["uniformity_g2"] = uniformity_g2(x, t=self.uniformity_t, max_pairs=self.max_pairs,
-                                             seed=ctx.seed, log=self.uniformity_log)
+                                             seed=eval_context.seed, log=self.uniformity_log)
         return out

@@ -71,18 +71,21 @@ class VerificationEvaluator:
         roc_points: Most ROC points written to ``roc.csv`` (evenly spread over the curve).
     """
 
+    #: The evaluator's name (metric or table name), set by the factory that builds it.
+    name: str
+
     def __init__(self, fars: list[float], pairs: dict[str, Any], roc_points: int = 2000):
         self.fars = fars
         self.pair_options = pairs
         self.roc_points = roc_points
 
-    def _distances(self, ctx: EvalContext) -> tuple[np.ndarray, np.ndarray]:
-        pairs = get_pairs(ctx, **self.pair_options)
+    def _distances(self, eval_context: EvalContext) -> tuple[np.ndarray, np.ndarray]:
+        pairs = get_pairs(eval_context, **self.pair_options)
         return pairs.pos_dist, pairs.neg_dist
 
-    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
         """``tar@far=…`` for each FAR and ``eer`` (NaN without positive or negative pairs)."""
-        pos, neg = self._distances(ctx)
+        pos, neg = self._distances(eval_context)
         keys = [_far_key(f) for f in self.fars] + ["eer"]
         if len(pos) == 0 or len(neg) == 0:
             return dict.fromkeys(keys, float("nan"))
@@ -90,8 +93,8 @@ class VerificationEvaluator:
         out["eer"] = equal_error_rate(pos, neg)
         return out
 
-    def _roc(self, ctx: EvalContext) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        pos, neg = self._distances(ctx)
+    def _roc(self, eval_context: EvalContext) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        pos, neg = self._distances(eval_context)
         if len(pos) == 0 or len(neg) == 0:
             return None
         t, far, tar = roc_curve(pos, neg)
@@ -100,9 +103,9 @@ class VerificationEvaluator:
             t, far, tar = t[pick], far[pick], tar[pick]
         return t, far, tar
 
-    def write_artifacts(self, ctx: EvalContext, directory: Path) -> list[Path]:
+    def write_artifacts(self, eval_context: EvalContext, directory: Path) -> list[Path]:
         """``roc.csv`` (threshold, far, tar) and ``roc.png``."""
-        roc = self._roc(ctx)
+        roc = self._roc(eval_context)
         if roc is None:
             return []
         directory.mkdir(parents=True, exist_ok=True)
@@ -112,17 +115,17 @@ class VerificationEvaluator:
             writer.writerow(["threshold", "far", "tar"])
             for row in zip(*roc, strict=False):
                 writer.writerow([f"{v:.6g}" for v in row])
-        figure = self.figures(ctx)["roc"]
+        figure = self.figures(eval_context)["roc"]
         png = directory / "roc.png"
         figure.savefig(png, dpi=100)
         _close(figure)
         return [path, png]
 
-    def figures(self, ctx: EvalContext) -> dict[str, Any]:
+    def figures(self, eval_context: EvalContext) -> dict[str, Any]:
         """The ROC curve (TAR against FAR, log FAR axis) as a matplotlib figure."""
         from matplotlib.figure import Figure
 
-        roc = self._roc(ctx)
+        roc = self._roc(eval_context)
         fig = Figure(figsize=(5, 4))
         ax = fig.add_subplot()
         if roc is not None:

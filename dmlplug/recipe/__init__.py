@@ -11,9 +11,7 @@ One concern per module:
 * :mod:`~dmlplug.recipe.loading`: :func:`load_recipe`, :class:`ValidatedRecipe`, :class:`ComponentSpec`.
 * :mod:`~dmlplug.recipe.overrides`: ``--set`` overrides and ``${VAR}`` interpolation.
 * :mod:`~dmlplug.recipe.capabilities`: tags, requirements and engine services
-  (:func:`check_capabilities`, :func:`engine_needs`).
-
-Everything importable from ``dmlplug.recipe`` before the split still is.
+  (:func:`check_capabilities`, :func:`collect_needs`).
 """
 
 from dmlplug.needs import EngineNeeds
@@ -23,7 +21,6 @@ from dmlplug.recipe.capabilities import (
     collect_needs,
     component_requires,
     component_tags,
-    engine_needs,
 )
 from dmlplug.recipe.loading import ComponentSpec, ValidatedRecipe, load_recipe
 from dmlplug.recipe.overrides import apply_overrides, interpolate, override_pairs
@@ -37,7 +34,6 @@ from dmlplug.recipe.schema import (
     Recipe,
     RunSection,
     SchedulerSection,
-    check_moved_keys,
 )
 
 __all__ = [
@@ -56,11 +52,9 @@ __all__ = [
     "ValidatedRecipe",
     "apply_overrides",
     "check_capabilities",
-    "check_moved_keys",
     "collect_needs",
     "component_requires",
     "component_tags",
-    "engine_needs",
     "interpolate",
     "load_recipe",
     "override_pairs",

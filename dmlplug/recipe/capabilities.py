@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dmlplug.errors import RecipeError, did_you_mean
 from dmlplug.needs import EngineNeeds
-from dmlplug.recipe.schema import SECTION_KIND
+from dmlplug.recipe.schema import SECTION_KIND, LossOptions
 from dmlplug.registry import singular
 
 if TYPE_CHECKING:
@@ -22,24 +22,21 @@ if TYPE_CHECKING:
 _REQUIREMENT_SECTIONS = {"dataset": "data.dataset", "sampler": "data.sampler"}
 
 #: Engine services a component may require (plain strings; ``views`` is written ``"views:N"``).
-#: ``"multi_head"`` is an older spelling of ``"named_embeddings"``.
-ENGINE_SERVICES = ("features", "feature_map", "views", "ema", "named_embeddings", "multi_head")
+ENGINE_SERVICES = ("features", "feature_map", "views", "ema", "named_embeddings")
 
 
 def component_requires(spec: ComponentSpec) -> frozenset[str]:
     """What a component needs: its registered ``requires`` plus what its parameters add.
 
-    A ``Params`` model may define ``extra_requires()`` returning more requirement strings that depend on
-    the chosen values (e.g. S2SD needs the backbone's feature map only when it pools it itself).
+    ``Params.extra_requires()`` returns more requirement strings that depend on the chosen values (e.g. S2SD
+    needs the backbone's feature map only when it pools it itself).
     """
-    extra = getattr(spec.params, "extra_requires", None)
-    return frozenset(spec.info.requires) | (frozenset(extra()) if callable(extra) else frozenset())
+    return frozenset(spec.info.requires) | frozenset(spec.params.extra_requires())
 
 
 def component_tags(spec: ComponentSpec) -> frozenset[str]:
     """What a component offers: its registered ``tags`` plus what its parameters add (``extra_tags()``)."""
-    extra = getattr(spec.params, "extra_tags", None)
-    return frozenset(spec.info.tags) | (frozenset(extra()) if callable(extra) else frozenset())
+    return frozenset(spec.info.tags) | frozenset(spec.params.extra_tags())
 
 
 def collect_needs(components: Mapping[str, ComponentSpec], where: str = "") -> EngineNeeds:
@@ -72,27 +69,8 @@ def collect_needs(components: Mapping[str, ComponentSpec], where: str = "") -> E
                         fix='write "views:2" for one extra augmented view; report this to the plugin\'s author',
                     )
                 needs.views = max(needs.views, int(arg))
-            needs.add("named_embeddings" if section == "multi_head" else section, path)
+            needs.add(section, path)
     return needs
-
-
-def engine_needs(recipe: ValidatedRecipe, where: str = "") -> EngineNeeds:
-    """The engine services required by the recipe's components: ``recipe.needs``, computed at load time.
-
-    Kept for callers written before :attr:`ValidatedRecipe.needs` existed; an object without stored
-    needs (anything with a ``components`` mapping) gets them collected afresh.
-
-    Args:
-        recipe: The validated recipe.
-        where: Recipe source for error messages when the needs are collected here.
-
-    Raises:
-        RecipeError: A requirement names no known engine service or has a malformed view count.
-    """
-    needs = getattr(recipe, "needs", None)
-    if isinstance(needs, EngineNeeds):
-        return needs
-    return collect_needs(recipe.components, where)
 
 
 def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
@@ -127,29 +105,20 @@ def check_capabilities(recipe: ValidatedRecipe, where: str) -> None:
                     fix=f"choose a {section} tagged {tag!r} "
                     f"(see `dmlplug list {SECTION_KIND.get(other_path, section)}`)",
                 )
-    _check_engine_services(recipe, engine_needs(recipe, where), where)
+    _check_engine_services(recipe, recipe.needs, where)
 
 
-def _head_embedding_names(head: ComponentSpec) -> list[str] | None:
-    # Heads that name their embeddings in a `heads` table (the built-in `multi`); None = unknown statically.
-    heads = getattr(head.params, "heads", None)
-    return list(heads) if isinstance(heads, dict) else None
-
-
-def _check_head_embedding_params(recipe: ValidatedRecipe, head: ComponentSpec | None, where: str) -> None:
-    # A component whose params name head outputs (DiVA's *_head parameters) declares them with
-    # head_embeddings() -> {parameter: output name}; each must be an output of a head that names its outputs.
-    names = _head_embedding_names(head) if head is not None else None
-    if names is None:
-        return
+def _check_head_embedding_params(recipe: ValidatedRecipe, head: ComponentSpec, where: str) -> None:
+    # Parameters that name head outputs (DiVA's *_head) are declared by Params.head_embeddings().
+    names = head.params.head_outputs()
     for path, spec in recipe.components.items():
-        declared = getattr(spec.params, "head_embeddings", None)  # like extra_requires: any pydantic model works
-        for param, name in ((declared() if callable(declared) else None) or {}).items():
+        for param, name in spec.params.head_embeddings().items():
             if name not in names:
                 raise RecipeError(
                     f"{path}.{param} = {name!r} is not an output of head {head.name!r}{did_you_mean(name, names)}",
                     where=f"{where}: {path}.{param}",
-                    fix="choose one of: " + ", ".join(names) + " (the keys of [head] heads)",
+                    fix=("choose one of: " + ", ".join(names)) if names else
+                        "use a head that gives named embeddings (`dmlplug list heads`)",
                 )
 
 
@@ -169,27 +138,23 @@ def _check_engine_services(recipe: ValidatedRecipe, needs: EngineNeeds, where: s
             fix="choose a convolutional backbone (e.g. timm model = \"resnet50\"; token models such as ViT have "
                 "no spatial map), or switch the option that needs the map off",
         )
-    head_named = head is not None and bool({"named_embeddings", "multi_head"} & component_tags(head))
-    if "named_embeddings" in needs and not head_named:
+    outputs = head.params.head_outputs() if head is not None else ()
+    if "named_embeddings" in needs and not outputs:
         raise RecipeError(
             f"{who('named_embeddings')} needs several named embeddings, but head "
-            f"{head.name if head is not None else None!r} gives one",
+            f"{head.name if head is not None else None!r} (with these parameters) gives one",
             where=f"{where}: [head]",
-            fix='use a head that gives named embeddings, e.g. [head] name = "multi" with a `heads` table',
+            fix="use a head that declares named outputs (Params.head_outputs()), e.g. [head] name = \"multi\" "
+                "with a `heads` table",
         )
-    _check_head_embedding_params(recipe, head, where)
-    name = loss.options.get("embedding", "") if loss is not None else ""
-    if name:
-        if not head_named:
-            raise RecipeError(
-                f"[loss] embedding = {name!r} names a head output, but head {head.name!r} gives a single embedding",
-                where=f"{where}: [loss] embedding",
-                fix='remove `embedding` from [loss], or use a multi-head head (name = "multi")',
-            )
-        names = _head_embedding_names(head)
-        if names is not None and name not in names:
-            raise RecipeError(
-                f"[loss] embedding = {name!r} is not an output of head {head.name!r}{did_you_mean(name, names)}",
-                where=f"{where}: [loss] embedding",
-                fix="choose one of: " + ", ".join(names),
-            )
+    if head is not None:
+        _check_head_embedding_params(recipe, head, where)
+    name = loss.options.embedding if loss is not None and isinstance(loss.options, LossOptions) else ""
+    if name and name not in outputs:
+        raise RecipeError(
+            f"[loss] embedding = {name!r} is not an output of head "
+            f"{head.name if head is not None else None!r}{did_you_mean(name, outputs)}",
+            where=f"{where}: [loss] embedding",
+            fix=("choose one of: " + ", ".join(outputs)) if outputs else
+                "remove `embedding` from [loss], or use a head with named outputs (`dmlplug list heads`)",
+        )

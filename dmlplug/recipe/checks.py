@@ -2,7 +2,8 @@
 
 Each check asks the components' :class:`~dmlplug.params.Params` a question (which metrics an evaluator
 produces, whether a dataset has a validation split, which batch sizes a sampler takes, which optimizer groups
-a component has); a component that does not know answers ``None`` and the check is left to the run.
+a component has). A component that declares nothing answers with the default, which is what the engine does
+with it, so every check runs for every plugin (only a dataset may answer "the data decides").
 :func:`check_recipe` runs them all; :func:`dmlplug.recipe.load_recipe` calls it after the capability checks,
 so ``dmlplug validate`` rejects these mistakes before a run builds anything.
 """
@@ -29,14 +30,11 @@ def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
     check_optimizer_groups(recipe, where)
 
 
-def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str] | None:
-    """Every metric name the recipe's evaluators declare, in order; ``None`` when one does not declare."""
+def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str]:
+    """Every metric name the recipe's evaluators declare, in order."""
     names: list[str] = []
     for spec in recipe.list_components("evaluators"):
-        declared = spec.params.metric_names()
-        if declared is None:
-            return None
-        names.extend(name for name in declared if name not in names)
+        names.extend(name for name in spec.params.metric_names() if name not in names)
     return names
 
 
@@ -44,20 +42,22 @@ def check_selection_metric(recipe: ValidatedRecipe, where: str) -> None:
     """``[evaluation] metric`` must be produced by an evaluator of the recipe.
 
     Raises:
-        RecipeError: No evaluator produces the metric (skipped when an evaluator does not declare its
-            names).
+        RecipeError: No evaluator declares the metric (``Params.metric_names()``).
     """
     names = evaluator_metric_names(recipe)
     metric = recipe.recipe.evaluation.metric
-    if names is None or metric in names:
+    if metric in names:
         return
     evaluators = ", ".join(spec.name for spec in recipe.list_components("evaluators")) or "none"
+    silent = [spec.info.label for spec in recipe.list_components("evaluators") if not spec.params.metric_names()]
+    fix = ("choose one of: " + ", ".join(names)) if names else \
+        "add an [[evaluators]] table that produces it (see `dmlplug list evaluators`)"
+    if silent:
+        fix += "; these evaluators declare no metric names (their Params.metric_names()): " + ", ".join(silent)
     raise RecipeError(
         f"evaluation.metric {metric!r} is not produced by the recipe's evaluators ({evaluators})"
         f"{did_you_mean(metric, names)}",
-        where=f"{where}: [evaluation] metric",
-        fix=("choose one of: " + ", ".join(names)) if names else
-        "add an [[evaluators]] table that produces it (see `dmlplug list evaluators`)",
+        where=f"{where}: [evaluation] metric", fix=fix,
     )
 
 
@@ -96,9 +96,9 @@ def check_batch_size(recipe: ValidatedRecipe, where: str) -> None:
         RecipeError: The batch size is not a multiple of the sampler's group size.
     """
     sampler = recipe.component("data.sampler")
-    multiple = sampler.params.batch_size_multiple() if sampler is not None else None
+    multiple = sampler.params.batch_size_multiple() if sampler is not None else 1
     batch_size = recipe.recipe.data.batch_size
-    if not multiple or batch_size % multiple == 0:
+    if sampler is None or batch_size % multiple == 0:
         return
     lower, upper = batch_size - batch_size % multiple, batch_size - batch_size % multiple + multiple
     sizes = f"{lower} or {upper}" if lower > 0 else str(upper)
@@ -118,14 +118,11 @@ def _trainable(recipe: ValidatedRecipe) -> list[tuple[str, ComponentSpec]]:
     return [(section, spec) for section, spec in out if spec is not None]
 
 
-def optimizer_group_names(recipe: ValidatedRecipe) -> list[str] | None:
-    """The optimizer group names the components declare; ``None`` when one of them does not declare."""
+def optimizer_group_names(recipe: ValidatedRecipe) -> list[str]:
+    """The optimizer group names the recipe's trainable components declare, in order."""
     names: list[str] = []
     for section, spec in _trainable(recipe):
-        declared = spec.params.optimizer_group_names(section)
-        if declared is None:
-            return None
-        names.extend(name for name in declared if name not in names)
+        names.extend(name for name in spec.params.optimizer_group_names(section) if name not in names)
     return names
 
 
@@ -133,14 +130,10 @@ def check_optimizer_groups(recipe: ValidatedRecipe, where: str) -> None:
     """Every ``[optimizer.groups.<name>]`` must name a group of the recipe's components.
 
     Raises:
-        RecipeError: A group name no component declares (skipped when a component does not declare).
+        RecipeError: A group name no component declares.
     """
     groups = recipe.recipe.optimizer.groups
-    if not groups:
-        return
     names = optimizer_group_names(recipe)
-    if names is None:
-        return
     for name in groups:
         if name not in names:
             raise RecipeError(

@@ -11,50 +11,65 @@ import copy
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dmlplug.errors import ComponentError, RecipeError
+from dmlplug.errors import ComponentError, RecipeError, did_you_mean
 from dmlplug.needs import EngineNeeds
-from dmlplug.params import Params
+from dmlplug.params import NoParams, Params
+
+if TYPE_CHECKING:
+    from dmlplug.context import BuildContext
 from dmlplug.recipe.capabilities import check_capabilities, collect_needs
 from dmlplug.recipe.checks import check_recipe
 from dmlplug.recipe.overrides import apply_overrides, interpolate, set_path
-from dmlplug.recipe.schema import ENGINE_KEYS, SECTION_KIND, Recipe, check_moved_keys
-from dmlplug.registry import format_validation_error, singular
+from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
+from dmlplug.registry import ComponentInfo, format_validation_error, singular
+from dmlplug.tables import ComponentTable, drop_none, validate_table
 
 
 class ComponentSpec:
-    """One validated component table: registry entry, params and engine-level options.
+    """One validated recipe section: its :class:`~dmlplug.tables.ComponentTable` and engine-level options.
 
     Attributes:
         path: Recipe path of the table (``"loss"``, ``"data.dataset"``, ``"regularizers[0]"`` …).
-        info: The component's :class:`~dmlplug.registry.ComponentInfo`.
-        params: The validated parameters.
-        options: The table's engine keys (:data:`~dmlplug.recipe.schema.ENGINE_KEYS`), defaults filled in.
+        table: The validated component table (registry entry and params).
+        options: The table's engine keys, validated by the section's model of
+            :data:`~dmlplug.recipe.schema.ENGINE_OPTIONS` (``spec.options.weight``); a ``NoParams`` for a
+            section without engine keys.
     """
 
-    def __init__(self, path: str, info: Any, params: Params, options: dict[str, Any]):
+    def __init__(self, path: str, table: ComponentTable, options: Params | None = None):
         self.path = path
-        self.info = info
-        self.params = params
-        self.options = options
+        self.table = table
+        self.options = options if options is not None else NoParams()
+
+    @property
+    def info(self) -> ComponentInfo:
+        """The component's registry entry."""
+        return self.table.info
+
+    @property
+    def params(self) -> Params:
+        """The validated parameters."""
+        return self.table.params
 
     @property
     def name(self) -> str:
         """Registered name of the component."""
-        return self.info.name
+        return self.table.name
 
-    def build(self, ctx: Any) -> Any:
-        """Build the component through its factory."""
-        return self.info.build(self.params, ctx)
+    def build(self, ctx: BuildContext) -> Any:
+        """Build the component (the one build path: :meth:`ComponentTable.build`)."""
+        return self.table.build(ctx)
 
     def to_table(self) -> dict[str, Any]:
         """The resolved table: name, engine options and every parameter (defaults filled in)."""
         # An empty string option means "not set" (e.g. [loss] embedding) and is left out, like None.
-        options = {k: v for k, v in self.options.items() if v != ""}
-        return {"name": self.info.name, **options, **_drop_none(self.params.model_dump(mode="json"))}
+        options = {k: v for k, v in drop_none(self.options.model_dump(mode="json")).items() if v != ""}
+        resolved = self.table.to_dict()
+        return {"name": resolved.pop("name"), **options, **resolved}
 
 
 class ValidatedRecipe:
@@ -97,9 +112,12 @@ class ValidatedRecipe:
 
     def resolved(self) -> dict[str, Any]:
         """The fully resolved recipe as a TOML-ready dict (defaults filled in, components expanded)."""
-        data = _drop_none(self.recipe.model_dump(mode="json"))
+        data = drop_none(self.recipe.model_dump(mode="json"))
         for path, spec in self.components.items():
-            set_path(data, path, spec.to_table())
+            table: Any = spec.to_table()
+            if path == "data.augment" and isinstance(self.recipe.data.augment, str) and list(table) == ["name"]:
+                table = table["name"]  # written as a bare name (augment = "dml"), it stays one
+            set_path(data, path, table)
         return data
 
     def dumps(self) -> str:
@@ -126,15 +144,13 @@ def load_recipe(
         environ: Environment used for ``${VAR}`` / ``${VAR:-default}`` interpolation (default os.environ).
 
     Raises:
-        RecipeError: Syntax error, unknown key, wrong type or value, unset variable, or ``[data]`` keys that
-            moved (``split_file``).
+        RecipeError: Syntax error, unknown key, wrong type or value, unset variable.
         RecipeError: Also a mistake found by :func:`~dmlplug.recipe.checks.check_recipe` (selection metric,
             validation split, batch size, optimizer group names).
         ComponentError: Unknown component name.
     """
     raw, where = _read(source)
     apply_overrides(raw, overrides)
-    check_moved_keys(raw, where)
     raw = interpolate(raw, os.environ if environ is None else environ, where)
     try:
         recipe = Recipe.model_validate(raw)
@@ -159,7 +175,7 @@ def load_recipe(
 
 
 def _read(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
-    # A private copy either way: overrides and the moved-keys check change it in place.
+    # A private copy either way: overrides change it in place.
     if isinstance(source, dict):
         return copy.deepcopy(source), "<dict>"
     path = Path(source)
@@ -189,6 +205,12 @@ def _validate_components(recipe: Recipe, registry: Any, where: str) -> dict[str,
         for i, table in enumerate(getattr(recipe, section)):
             tables.append((f"{section}[{i}]", table))
     specs: dict[str, ComponentSpec] = {}
+    # [optimizer] and [scheduler] hold their engine options and the component's parameters side by side.
+    tables.append(("optimizer", {"name": recipe.optimizer.name, **recipe.optimizer.model_dump(exclude={"name"})}))
+    tables.append(("scheduler", {"name": recipe.scheduler.name, **(recipe.scheduler.model_extra or {})}))
+    augment = recipe.data.augment
+    if augment != "auto":  # "auto" names the dataset's default_augment, known once the dataset is built
+        tables.append(("data.augment", {"name": augment} if isinstance(augment, str) else augment))
     for path, table in tables:
         kind = SECTION_KIND[path.split("[")[0]]
         specs[path] = _validate_component(path, kind, table, registry, where)
@@ -204,33 +226,40 @@ def _validate_component(path: str, kind: str, table: dict[str, Any], registry: A
     if not isinstance(name, str) or not name:
         raise RecipeError(f"{path}: missing `name` of the {singular(kind)}",
                           where=where, fix=f'add name = "..." (see `dmlplug list {kind}`)')
+    options_model = ENGINE_OPTIONS.get(path.split("[")[0])
+    options = None
+    if options_model is not None:
+        engine = {key: table.pop(key) for key in list(table) if key in options_model.model_fields}
+        options = _validate_options(options_model, engine, path, where)
     try:
         info = registry.get(kind, name)
     except ComponentError as exc:
         raise ComponentError(exc.what, where=f"{where}: {path}.name", fix=exc.fix) from None
-    section = path.split("[")[0]
-    options = {}
-    for key, default in ENGINE_KEYS.get(section, {}).items():
-        value = table.pop(key, default)
-        options[key] = _check_engine_option(path, key, value, default, where)
+    if options_model is not None:
+        _check_misspelt_engine_keys(options_model, info, table, path, where)
     # The recipe's registry travels as validation context, so nested component tables resolve in it too.
-    params = info.validate(table, where=path, registry=registry)
-    return ComponentSpec(path, info, params, options)
+    return ComponentSpec(path, validate_table(kind, {"name": info.name, **table}, where=path, registry=registry),
+                         options)
 
 
-def _check_engine_option(path: str, key: str, value: Any, default: Any, where: str) -> Any:
-    expected = type(default)
-    if expected is str:
-        if not isinstance(value, str):
-            raise RecipeError(f"{path}.{key}: expected a string, got {value!r}", where=where)
-        return value
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, expected) or isinstance(value, bool):
-        raise RecipeError(f"{path}.{key}: expected {expected.__name__}, got {value!r}", where=where)
-    if value < 0:
-        raise RecipeError(f"{path}.{key}: must be >= 0, got {value!r}", where=where)
-    return value
+def _validate_options(model: type[Params], raw: dict[str, Any], path: str, where: str) -> Params:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise RecipeError(f"invalid engine options of {path}:\n" + format_validation_error(exc, path, model),
+                          where=where, fix="see docs/recipes.md for the engine's keys of each section") from None
+
+
+def _check_misspelt_engine_keys(model: type[Params], info: ComponentInfo, table: dict[str, Any], path: str,
+                                where: str) -> None:
+    # A key the component does not take but that looks like an engine key ([optimizer] lrr) gets the
+    # suggestion the component's own "unknown key" message could not make.
+    for key in table:
+        hint = did_you_mean(key, list(model.model_fields)) if key not in info.params.model_fields else ""
+        if hint:
+            raise RecipeError(f"{path}.{key}: unknown key{hint}", where=where,
+                              fix=f"the engine's keys of {path}: " + ", ".join(model.model_fields)
+                                  + f"; see `dmlplug list {info.kind} --params` for those of {info.name!r}")
 
 
 def _check_unique_names(specs: dict[str, ComponentSpec], where: str) -> None:
@@ -242,12 +271,3 @@ def _check_unique_names(specs: dict[str, ComponentSpec], where: str) -> None:
                 raise RecipeError(f"regularizer {spec.name!r} appears twice ({seen[spec.name]} and {path})",
                                   where=where, fix="combine them into one table")
             seen[spec.name] = path
-
-
-def _drop_none(value: Any) -> Any:
-    # TOML has no null: unset optional values are simply left out of the resolved recipe.
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value if v is not None]
-    return value

@@ -1,16 +1,17 @@
-"""The recipe's structure: one pydantic model per section, and the engine's keys of component tables.
+"""The recipe's structure: one pydantic model per section, and the engine's options of component tables.
 
 Only structure and types live here. Component tables (``[loss]``, ``[data.dataset]`` …) are plain dicts at
-this level; :mod:`dmlplug.recipe.loading` validates them against the registry.
+this level, and ``[optimizer]`` / ``[scheduler]`` keep every key besides their engine options as they are;
+:mod:`dmlplug.recipe.loading` validates them against the registry. The keys of a component table that
+belong to the engine, not to the component, are one ``Params`` model per section (:data:`ENGINE_OPTIONS`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from dmlplug.errors import RecipeError
 from dmlplug.knn_backends import KNN_BACKEND_HELP, KNN_BACKENDS
 from dmlplug.params import Params
 
@@ -55,8 +56,9 @@ class DataSection(Params):
     workers: int = Field(0, ge=0, description="DataLoader worker processes.")
     image_size: int = Field(224, ge=8, description="Side length of the network input.")
     resize_size: int | None = Field(None, ge=8, description="Shorter-side resize before the test centre crop.")
-    augment: Literal["auto", "dml", "light", "none"] = Field(
-        "auto", description="Training augmentation; auto = what the dataset suits."
+    augment: str | dict[str, Any] = Field(
+        "auto", description="Training augmentation: a registered one (`dmlplug list augmentations`: dml, light, "
+        'none …), as a name or a table {name = "...", ...}; auto = what the dataset suits (its default_augment).'
     )
     train_classes: list[str] | None = Field(
         None, description="Re-split the dataset by class name: these classes (from all its images) train.")
@@ -88,31 +90,45 @@ class GroupOverride(Params):
         return self
 
 
-class OptimizerSection(Params):
-    """``[optimizer]``: optimizer and per-group overrides."""
+class OptimizerOptions(Params):
+    """The engine's keys of ``[optimizer]``: they shape the parameter groups the optimizer is built over."""
 
-    name: Literal["adam", "adamw", "sgd"] = Field("adam", description="Optimizer.")
     lr: float = Field(1e-4, gt=0, description="Base learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="Default weight decay.")
-    momentum: float = Field(0.9, ge=0, description="SGD momentum.")
-    nesterov: bool = Field(False, description="SGD Nesterov momentum.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam/AdamW betas.")
     groups: dict[str, GroupOverride] = Field(
         default_factory=dict,
         description="Overrides per parameter group: backbone, head, loss, or a regularizer's group name.",
     )
 
 
-class SchedulerSection(Params):
-    """``[scheduler]``: learning-rate schedule, stepped once per epoch (plateau: on the selection metric)."""
+class _OptimizerName(Params):
+    # A base of its own so that `name` comes first in OptimizerSection (pydantic orders the fields of the bases
+    # from the last one) and OptimizerOptions stays the engine's keys only.
+    name: str = Field("adam", min_length=1, description="A registered optimizer (`dmlplug list optimizers`; "
+                      "built in: adam, adamw, sgd). Every key of [optimizer] besides name, lr, weight_decay and "
+                      "groups is a parameter of that optimizer (adam, adamw: betas; sgd: momentum, nesterov).")
 
-    name: Literal["none", "step", "multistep", "cosine", "plateau"] = Field("none", description="Schedule.")
-    step_size: int = Field(30, ge=1, description="step: epochs between decays.")
-    milestones: list[int] = Field(default_factory=list, description="multistep: epochs at which to decay.")
-    gamma: float = Field(0.1, gt=0, description="Decay factor (step, multistep, plateau).")
-    warmup_epochs: int = Field(0, ge=0, description="cosine: linear warm-up epochs.")
-    min_lr: float = Field(0.0, ge=0, description="cosine/plateau: lower bound of the lr.")
-    patience: int = Field(5, ge=0, description="plateau: epochs without improvement before decaying.")
+
+class OptimizerSection(OptimizerOptions, _OptimizerName):
+    """``[optimizer]``: a registered optimizer and its parameters, learning rate, weight decay, group overrides."""
+
+    # The optimizer's own parameters: validated against its Params by dmlplug.recipe.loading.
+    model_config = ConfigDict(extra="allow")
+
+
+class SchedulerSection(Params):
+    """``[scheduler]``: a registered learning-rate schedule and its parameters, stepped once per epoch."""
+
+    # The schedule's own parameters: validated against its Params by dmlplug.recipe.loading.
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(
+        "none", min_length=1,
+        description="A registered schedule (`dmlplug list lr_schedules`; built in: none, step, multistep, cosine, "
+        "plateau). Every other key of [scheduler] is a parameter of that schedule (step: step_size, gamma; "
+        "multistep: milestones, gamma; cosine: warmup_epochs, min_lr; plateau: gamma, patience, min_lr). It is "
+        "stepped after every epoch with the selection metric, signed so that larger is better ([evaluation] "
+        "mode); plateau decays after patience evaluations without improvement.")
 
 
 class EvaluationSection(Params):
@@ -152,7 +168,7 @@ class Recipe(Params):
     scheduler: SchedulerSection = Field(default_factory=SchedulerSection, description="LR schedule.")
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="Evaluation.")
     evaluators: list[dict[str, Any]] = Field(
-        default_factory=lambda: [{"name": "recall", "k": [1, 2, 4, 8]}, {"name": "map_at_r"}],
+        default=[{"name": "recall", "k": [1, 2, 4, 8]}, {"name": "map_at_r"}],
         description="Evaluator tables.",
     )
     loggers: list[dict[str, Any]] = Field(
@@ -160,13 +176,41 @@ class Recipe(Params):
     )
 
 
-#: Keys of a component table that belong to the engine, not to the component's params.
+class BackboneOptions(Params):
+    """The engine's keys of ``[backbone]``."""
+
+    warmup_epochs: int = Field(0, ge=0, strict=True,
+                               description="The backbone is frozen (no gradients) for the first N epochs.")
+
+
+class LossOptions(Params):
+    """The engine's keys of ``[loss]``."""
+
+    weight: float = Field(1.0, ge=0, strict=True, description="The loss enters the total as weight * loss.")
+    embedding: str = Field("", strict=True, description='Multi-head model: the named embedding the loss and '
+                           'miner train on ("" = the evaluation embedding).')
+
+
+class RegularizerOptions(Params):
+    """The engine's keys of each ``[[regularizers]]`` table."""
+
+    weight: float = Field(1.0, ge=0, strict=True,
+                          description="Each regularizer term enters the total as weight * term.")
+
+
+#: Recipe section -> the model of the keys of its table that belong to the engine, not to the component
+#: (``[loss] weight``). The loader validates them with it; the engine reads ``spec.options.weight``.
+ENGINE_OPTIONS: dict[str, type[Params]] = {
+    "backbone": BackboneOptions,
+    "loss": LossOptions,
+    "regularizers": RegularizerOptions,
+    "optimizer": OptimizerOptions,
+}
+
+#: The engine keys of component tables with their defaults, as :data:`ENGINE_OPTIONS` declares them.
 ENGINE_KEYS: dict[str, dict[str, Any]] = {
-    "backbone": {"warmup_epochs": 0},
-    # embedding: name of a multi-head model's named embedding the loss and miner train on ("" = the
-    # evaluation embedding).
-    "loss": {"weight": 1.0, "embedding": ""},
-    "regularizers": {"weight": 1.0},
+    section: {key: field.get_default(call_default_factory=True) for key, field in model.model_fields.items()}
+    for section, model in ENGINE_OPTIONS.items() if section != "optimizer"
 }
 
 #: Recipe section of a component table -> its registry kind (``"data.dataset"`` -> ``"datasets"``).
@@ -180,35 +224,7 @@ SECTION_KIND = {
     "loggers": "loggers",
     "data.dataset": "datasets",
     "data.sampler": "samplers",
+    "data.augment": "augmentations",
+    "optimizer": "optimizers",
+    "scheduler": "lr_schedules",
 }
-
-#: ``[data]`` keys of the ooDML splits, now parameters of the ``oodml_split`` dataset.
-MOVED_DATA_KEYS = ("split_file", "split_id", "split_part")
-
-
-def check_moved_keys(raw: Any, where: str) -> None:
-    """Name the new form when a recipe still uses the ooDML ``[data]`` split keys.
-
-    Runs on the raw dict before validation, so the user reads where the keys went instead of a bare
-    "unknown key". A lone ``split_part = "zero_shot"`` (the old default) is removed from ``raw`` in place.
-
-    Raises:
-        RecipeError: ``[data]`` holds ``split_file``, ``split_id`` or ``split_part``.
-    """
-    data = raw.get("data") if isinstance(raw, dict) else None
-    if not isinstance(data, dict):
-        return
-    found = [key for key in MOVED_DATA_KEYS if key in data]
-    # Resolved recipes written before the move always hold the default split_part = "zero_shot", which
-    # meant nothing without split_file; dropping it keeps those run directories resumable.
-    if found == ["split_part"] and data["split_part"] == "zero_shot":
-        del data["split_part"]
-        return
-    if found:
-        raise RecipeError(
-            '[data] split_file/split_id/split_part moved: use [data.dataset] name = "oodml_split" with '
-            "split_file, split_id, part and the wrapped dataset as a table: "
-            'dataset = { name = "cub200", root = "..." }',
-            where=f"{where}: [data] " + ", ".join(found),
-            fix="move these keys into [data.dataset] as shown (see `dmlplug list datasets --params`)",
-        )

@@ -138,17 +138,13 @@ def plugin_sections(groups: Sequence[Group], metrics: Sequence[str], figure_dir:
     from dmlplug.plugins import get_host
 
     arguments = {"groups": list(groups), "metrics": list(metrics), "figure_dir": figure_dir}
-    sections = []
-    for impl in get_host().pm.hook.report_section.get_hookimpls():
-        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
-            continue  # wrappers surround the other implementations; called alone they would not return a section
-        try:
-            section = impl.function(**{name: arguments[name] for name in impl.argnames})
-        except Exception as exc:  # a plugin's bug must not take the whole report down
-            section = ReportSection(f"{impl.plugin_name} (failed)", markdown=f"`{type(exc).__name__}: {exc}`")
-        if section is not None:
-            sections.append(section)
-    return sections
+
+    def failed(plugin: str, exc: Exception) -> ReportSection:
+        # A plugin's bug must not take the whole report down: its section says what went wrong.
+        return ReportSection(f"{plugin} (failed)", markdown=f"`{type(exc).__name__}: {exc}`")
+
+    results = get_host().call_each("report_section", lambda plugin: arguments, on_error=failed)
+    return [section for _, section in results if section is not None]
 
 
 def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None = None,

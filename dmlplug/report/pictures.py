@@ -73,7 +73,8 @@ def collect(groups: Sequence[Group], *, limit: int = MAX_RUNS) -> tuple[list[Run
                 found.append((g.key, RunPictures(label, run, *latest)))
     if len(found) <= limit:
         return [p for _, p in found], 0
-    shown, seen = [], set()
+    shown: list[RunPictures] = []
+    seen = set()
     for key, pictures in found:
         if key not in seen and len(shown) < limit:
             seen.add(key)

@@ -6,13 +6,24 @@ import math
 from typing import Any
 
 from dmlplug.plugins import PluginHost
-from dmlplug.testing.fixtures import EMBEDDING_SIZE, NUM_CLASSES, ContractError, build, expect, load_host, make_context
+from dmlplug.testing.fixtures import (
+    EMBEDDING_SIZE,
+    NUM_CLASSES,
+    ContractError,
+    Declared,
+    build,
+    expect,
+    load_host,
+    make_context,
+)
 
 
 def check_evaluator(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
     """An evaluator returns a dict of float metrics (NaN allowed, never inf), the same twice on the same data.
 
-    An empty dict is allowed: some evaluators contribute only at the end of a run. An evaluator tagged
+    The returned names must be exactly the declared ``Params.metric_names()`` (``dmlplug validate`` checks
+    ``[evaluation] metric`` against them); an evaluator that declares ``()`` contributes only at the end of a
+    run and returns an empty dict. An evaluator tagged
     ``needs_model`` (it adapts or re-embeds the model, e.g. ``fewshot``) must instead refuse saved embeddings
     with a :class:`~dmlplug.errors.DmlplugError`.
     """
@@ -49,6 +60,11 @@ def check_evaluator(name: str, *, host: PluginHost | None = None, params: dict[s
                 host.unregister_run_plugin(plugin_name)
     metrics = results[0]
     expect(isinstance(metrics, dict), f"evaluator {name!r}: evaluate must return a dict")
+    declared = list(Declared(host, "evaluators", name, params).params.metric_names())
+    returned = list(build("evaluators", name, make_context(host), **(params or {})).evaluate(
+        EvalContext(x, labels, backend="torch", seed=0)))
+    expect(returned == declared, f"evaluator {name!r}: returns {returned}, but Params.metric_names() declares "
+                                 f"{declared}")
     for key, value in metrics.items():
         expect(isinstance(value, float) and not math.isinf(value), f"evaluator {name!r}: {key} = {value!r}")
     expect(str(results[0]) == str(results[1]), f"evaluator {name!r}: not deterministic: {results}")

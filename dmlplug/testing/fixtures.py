@@ -10,7 +10,9 @@ from types import ModuleType
 from typing import Any
 
 from dmlplug.context import BuildContext
+from dmlplug.params import Params
 from dmlplug.plugins import PluginHost
+from dmlplug.tables import ComponentTable, validate_table
 
 NUM_CLASSES, EMBEDDING_SIZE, PER_CLASS = 8, 16, 4
 BATCH = NUM_CLASSES * PER_CLASS
@@ -80,11 +82,47 @@ def make_context(host: PluginHost | None = None, **overrides: Any) -> BuildConte
 
 def build(kind: str, name: str, ctx: BuildContext | None = None, host: PluginHost | None = None,
           **params: Any) -> Any:
-    """Build a registered component from (default) parameters on the tiny context."""
+    """Build a registered component from (default) parameters on the tiny context (its Protocol is checked)."""
     host = host or (ctx.host if ctx is not None and ctx.host is not None else load_host())
-    info = host.registry.get(kind, name)
-    params = info.validate(params, where=f"{kind}.{name}", registry=host.registry)
-    return info.build(params, ctx or make_context(host))
+    table = validate_table(kind, {**params, "name": name}, where=f"{kind}.{name}", registry=host.registry)
+    return table.build(ctx or make_context(host))
+
+
+def tagged_table(host: PluginHost, kind: str, tags: Any) -> ComponentTable:
+    """The first registered component of ``kind`` (by name) that offers every tag in ``tags``, with defaults.
+
+    What satisfies a ``"<section>:<tag>"`` requirement in the checks (a regularizer that needs
+    ``loss:proxies`` is checked with a loss tagged ``proxies``), from any installed plugin.
+
+    Raises:
+        ContractError: No registered component of ``kind`` offers the tags.
+    """
+    wanted = set(tags)
+    for info in host.registry.infos(kind):
+        params = info.validate({}, where=f"{kind}.{info.name}", registry=host.registry)
+        if wanted <= set(info.tags) | set(params.extra_tags()):
+            return ComponentTable(info, params)
+    raise ContractError(f"no registered {kind} offers the tag(s) {sorted(wanted)} that the component requires")
+
+
+def expect_groups_declared(who: str, component: Any, params: Params, section: str) -> None:
+    """The optimizer groups the engine builds for ``component`` are among ``params.optimizer_group_names()``.
+
+    The engine's rule: a module with ``optimizer_param_groups()`` gets those groups; any other module with
+    parameters one group named ``section``; a component without trainable parameters none.
+    """
+    from dmlplug.protocols import HasOptimizerParamGroups
+
+    if isinstance(component, HasOptimizerParamGroups):
+        built = [group["name"] for group in component.optimizer_param_groups() if list(group["params"])]
+    else:
+        parameters = getattr(component, "parameters", None)
+        built = [section] if callable(parameters) and any(p.requires_grad for p in parameters()) else []
+    declared = params.optimizer_group_names(section)
+    undeclared = [name for name in built if name not in declared]
+    expect(not undeclared, f"{who}: builds optimizer group(s) {undeclared} that Params.optimizer_group_names("
+                           f"{section!r}) does not declare ({list(declared)}); `dmlplug validate` would reject "
+                           f"[optimizer.groups.<name>] for them")
 
 
 def random_embeddings(batch: int = BATCH) -> tuple[Any, Any]:
@@ -114,8 +152,8 @@ class Declared:
     """
 
     def __init__(self, host: PluginHost, kind: str, name: str, params: dict[str, Any] | None = None):
-        info = host.registry.get(kind, name)
-        self.name, self.kind = info.name, info.kind
-        validated = info.validate(params or {}, where=f"{info.kind}.{info.name}", registry=host.registry)
-        self.tags = frozenset(info.tags) | frozenset(validated.extra_tags())
-        self.requires = frozenset(info.requires) | frozenset(validated.extra_requires())
+        table = validate_table(kind, {**(params or {}), "name": name}, where=f"{kind}.{name}",
+                               registry=host.registry)
+        self.name, self.kind, self.params = table.name, table.kind, table.params
+        self.tags = frozenset(table.info.tags) | frozenset(table.params.extra_tags())
+        self.requires = frozenset(table.info.requires) | frozenset(table.params.extra_requires())

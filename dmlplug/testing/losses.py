@@ -13,25 +13,19 @@ from dmlplug.testing.fixtures import (
     batch_labels,
     build,
     expect,
+    expect_groups_declared,
     finite_grads,
     load_host,
     make_context,
     random_embeddings,
+    tagged_table,
 )
-
-
-def context_loss(requires: Any) -> Any:
-    """A loss that satisfies a component's ``loss:*`` requirements."""
-    from pytorch_metric_learning.losses import ProxyAnchorLoss, SoftTripleLoss
-
-    if "loss:sub_centers" in requires:
-        return SoftTripleLoss(NUM_CLASSES, EMBEDDING_SIZE, centers_per_class=3)
-    return ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE)
 
 
 def check_loss(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
     """A loss builds from its defaults, gives a finite scalar and finite gradients, and its tags are true.
 
+    Declared optimizer groups are checked against the built loss (``Params.optimizer_group_names("loss")``).
     Tags checked against behaviour: ``uses_tuples`` (mined triplets change the value), ``has_parameters``
     (trainable parameters), ``proxies`` (:func:`dmlplug.proxies.class_proxies` finds ``C×D``
     trainable proxies; without the tag it must not), ``needs_num_classes`` (building without
@@ -45,7 +39,9 @@ def check_loss(name: str, *, host: PluginHost | None = None, params: dict[str, A
     host = host or load_host()
     params = params or {}
     info = Declared(host, "losses", name, params)
-    ctx = make_context(host, loss=context_loss(info.requires))
+    tags = [r.split(":", 1)[1] for r in info.requires if r.startswith("loss:")]
+    # A loss that requires loss:<tag> (a wrapper of another loss) finds one offering it in the context.
+    ctx = make_context(host, loss=tagged_table(host, "losses", tags).build(make_context(host)) if tags else None)
     torch.manual_seed(0)
     loss = build("losses", name, ctx, **params)
     raw, embeddings = random_embeddings()
@@ -55,6 +51,7 @@ def check_loss(name: str, *, host: PluginHost | None = None, params: dict[str, A
            f"loss {name!r}: expected a finite scalar tensor, got {value!r}")
     value.backward()
     finite_grads(f"loss {name!r}", [raw, *loss.parameters()])
+    expect_groups_declared(f"loss {name!r}", loss, info.params, "loss")
     expect(raw.grad is not None, f"loss {name!r}: no gradient reaches the embeddings")
 
     fixed = embeddings.detach()

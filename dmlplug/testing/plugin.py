@@ -8,18 +8,23 @@ from types import ModuleType
 from typing import Any
 
 from dmlplug.registry import KINDS, normalize_kind
+from dmlplug.testing.datasets import check_dataset
 from dmlplug.testing.evaluators import check_evaluator
 from dmlplug.testing.fixtures import expect, load_host, plugin_name
+from dmlplug.testing.geometry import check_distance, check_reducer
 from dmlplug.testing.heads import check_head
 from dmlplug.testing.loggers import check_logger
 from dmlplug.testing.losses import check_loss, check_miner
 from dmlplug.testing.regularizers import check_regularizer
 from dmlplug.testing.samplers import check_sampler
+from dmlplug.testing.training import check_augmentation, check_lr_schedule, check_optimizer
 
 #: The contract check of each component kind that has one.
 CHECKS: dict[str, Callable[..., None]] = {
     "losses": check_loss, "miners": check_miner, "regularizers": check_regularizer, "samplers": check_sampler,
-    "evaluators": check_evaluator, "heads": check_head, "loggers": check_logger,
+    "evaluators": check_evaluator, "heads": check_head, "loggers": check_logger, "distances": check_distance,
+    "reducers": check_reducer, "optimizers": check_optimizer, "lr_schedules": check_lr_schedule,
+    "augmentations": check_augmentation, "datasets": check_dataset,
 }
 
 
@@ -27,8 +32,8 @@ def check_component(kind: str, name: str, **kwargs: Any) -> None:
     """Run the contract check of ``kind`` on component ``name`` (``kwargs`` go to the check).
 
     Raises:
-        ContractError: The component breaks the contract, or there is no check for ``kind``
-            (datasets and backbones need data or weights; test them with a tiny recipe).
+        ContractError: The component breaks the contract, or there is no check for ``kind`` (backbones need
+            weights: test them with a tiny recipe).
     """
     kind = normalize_kind(kind)
     expect(kind in CHECKS, f"no contract check for {kind}; checked kinds: {sorted(CHECKS)}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from dmlplug.context import BuildContext
 from dmlplug.plugins import PluginHost
+from dmlplug.tables import validate_table
 from dmlplug.testing.fixtures import (
     BATCH,
     EMBEDDING_SIZE,
@@ -16,9 +17,11 @@ from dmlplug.testing.fixtures import (
     batch_labels,
     build,
     expect,
+    expect_groups_declared,
     finite_grads,
     load_host,
     make_context,
+    tagged_table,
 )
 
 #: Requirements of regularizers the step built by :func:`make_step` satisfies.
@@ -58,11 +61,11 @@ def make_step(ctx: BuildContext, requires: Any = (), head: dict[str, Any] | None
     class TinyBackbone(nn.Module):
         num_features = FEATURE_DIM
 
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.conv = nn.Conv2d(3, FEATURE_DIM, 3, padding=1)
 
-        def forward(self, images):
+        def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             fmap = torch.relu(self.conv(images))
             return fmap.mean((2, 3)), fmap
 
@@ -92,38 +95,47 @@ def make_step(ctx: BuildContext, requires: Any = (), head: dict[str, Any] | None
     return step, list(model.parameters())
 
 
-def regularizer_context(host: PluginHost, requires: Any) -> BuildContext:
+def regularizer_context(host: PluginHost, requires: Any, loss: dict[str, Any] | None = None) -> BuildContext:
     """The tiny context with the recipe's loss as the engine provides it.
 
-    ``ctx.loss`` is built from the spec the engine would hold at ``ctx.recipe_specs["loss"]``
-    (``proxy_anchor``, or ``soft_triple`` with 3 centres for ``loss:sub_centers``), so ``ctx.rebuild("loss")``
-    gives a fresh copy of it; the recipe has no miner (``ctx.rebuild("miner")`` is ``None``).
+    ``ctx.loss`` is built from the table the engine would hold at ``ctx.recipe_specs["loss"]``: ``loss`` when
+    given, else the first registered loss offering every ``loss:<tag>`` the component requires
+    (:func:`~dmlplug.testing.fixtures.tagged_table`), so ``ctx.rebuild("loss")`` gives a fresh copy of it; the
+    recipe has no miner (``ctx.rebuild("miner")`` is ``None``).
     """
-    from dmlplug.recipe import ComponentSpec
-
-    name, values = ("soft_triple", {"centers_per_class": 3}) if "loss:sub_centers" in requires else (
-        "proxy_anchor", {})
-    info = host.registry.get("losses", name)
-    spec = ComponentSpec("loss", info, info.validate(values, where="loss", registry=host.registry), {"weight": 1.0})
-    ctx = make_context(host, loss=None, recipe_specs={"loss": spec})
-    ctx.loss = spec.build(ctx)
+    tags = [r.split(":", 1)[1] for r in requires if r.startswith("loss:")]
+    if loss is not None:
+        table = validate_table("losses", loss, where="loss", registry=host.registry)
+    else:
+        table = tagged_table(host, "losses", tags or ["proxies"])
+    ctx = make_context(host, loss=None, recipe_specs={"loss": table})
+    ctx.loss = table.build(ctx)
     return ctx
 
 
 def check_regularizer(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None,
-                      head: dict[str, Any] | None = None) -> None:
+                      head: dict[str, Any] | None = None, loss: dict[str, Any] | None = None) -> None:
     """A regularizer gives finite scalar terms with finite gradients, over two steps (state updates included).
 
-    ``after_optimizer_step(step)`` is called between the steps when the regularizer defines it.
+    ``after_optimizer_step(step)`` is called between the steps when the regularizer defines it; the optimizer
+    groups it builds must be declared (``Params.optimizer_group_names``).
+
+    Args:
+        name: The registered name.
+        host: The plugin host (default: the built-ins).
+        params: Parameters (default: the Params defaults).
+        head: The head table of the step (``named_embeddings`` needs a head with named outputs).
+        loss: The recipe's loss table (default: the first loss offering the ``loss:<tag>`` requirements).
     """
     import torch
 
     host = host or load_host()
     info = Declared(host, "regularizers", name, params)
-    ctx = regularizer_context(host, info.requires)
+    ctx = regularizer_context(host, info.requires, loss)
     torch.manual_seed(0)
     step, trainable = make_step(ctx, info.requires, head)
     regularizer = build("regularizers", name, ctx, **(params or {}))
+    expect_groups_declared(f"regularizer {name!r}", regularizer, info.params, info.name)
     for index in range(2):
         if index:
             step, trainable = make_step(ctx, info.requires, head)

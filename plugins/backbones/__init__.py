@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 
 
 class TimmParams(Params):
@@ -47,10 +47,6 @@ class TimmParams(Params):
         name = self.model.lower()
         return () if name.startswith(_TOKEN_MODEL_PREFIXES) else ("feature_map",)
 
-    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """The backbone's parameters form one group, named after its section (``backbone``)."""
-        return (section,)
-
 
 #: timm model families whose features are tokens (B×N×C), i.e. without a spatial feature map.
 _TOKEN_MODEL_PREFIXES = (
@@ -59,36 +55,36 @@ _TOKEN_MODEL_PREFIXES = (
 )
 
 
-def _installed_timm() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("timm")
-    except PackageNotFoundError:
-        return None
-
-
 def unknown_timm_model(name: str) -> str | None:
-    """Why ``name`` is no timm model, judged from the stored names (:mod:`.timm_models`); ``None`` when it is one.
+    """Why ``name`` is no timm model, judged from the installed timm's names; ``None`` when it is one.
 
-    Torch- and timm-free, so ``dmlplug validate`` can reject a typo. A pretrained tag (``resnet50.a1_in1k``) is
-    allowed; Hugging Face / local-dir names (``hf-hub:…``) and an installed timm other than the one the names
-    were read from are not judged here: the factory checks against timm itself when it builds the model.
+    The names come from the JSON file stored for the installed timm version (:mod:`.timm_names`), so that
+    ``dmlplug validate`` rejects a typo without importing timm or torch. When no file matches the installed
+    version, they are read from the installed timm itself: that **imports timm (and torch)**, once per process.
+    A pretrained tag (``resnet50.a1_in1k``) is allowed; Hugging Face / local-dir names (``hf-hub:…``) are not
+    judged here, nor is anything when timm is not installed (or cannot be imported): the factory checks against
+    timm itself when it builds the model.
     """
     from dmlplug.errors import did_you_mean
-    from dmlplug_builtins.backbones.timm_models import DEPRECATED, MODELS, TIMM_VERSION
+    from dmlplug_builtins.backbones.timm_names import known_names
 
-    if ":" in name or _installed_timm() != TIMM_VERSION:
+    if ":" in name:
+        return None
+    try:
+        names = known_names()
+    except ImportError:  # a broken timm install: left to the factory, which reports the import error
+        return None
+    if names is None:  # timm is not installed
         return None
     arch = name.split(".", 1)[0]
-    if arch in MODELS or arch in DEPRECATED:
+    if arch in names.models or arch in names.deprecated:
         return None
-    hint = did_you_mean(arch, MODELS) or (" (e.g. 'resnet50', 'vit_small_patch16_224')")
-    return (f"unknown timm model {name!r}{hint}; the names are timm.list_models() of timm {TIMM_VERSION}, "
+    hint = did_you_mean(arch, names.models) or (" (e.g. 'resnet50', 'vit_small_patch16_224')")
+    return (f"unknown timm model {name!r}{hint}; the names are timm.list_models() of timm {names.version}, "
             "e.g. `python -c \"import timm; print(timm.list_models('*resnet*'))\"`")
 
 
-def build_timm(params: TimmParams, ctx: Any) -> Any:
+def build_timm(params: TimmParams, ctx: BuildContext) -> Any:
     """Build a timm feature extractor returning ``(pooled features, feature map)``."""
     from dmlplug_builtins.backbones.timm_backbone import TimmBackbone, check_model_name, create_model
 

@@ -26,7 +26,11 @@ class TimmBackbone(nn.Module):
         frozen_bn: Keep every BatchNorm in eval mode, whatever ``train()`` says.
     """
 
-    def __init__(self, model: nn.Module, pool: str = "avg", frozen_bn: bool = False) -> None:
+    #: The timm model: an ``nn.Module`` whose timm attributes (``num_features``, ``forward_features``) the
+    #: static type of ``nn.Module`` does not know.
+    body: Any
+
+    def __init__(self, model: Any, pool: str = "avg", frozen_bn: bool = False) -> None:
         super().__init__()
         self.body = model
         self.num_features = int(model.num_features)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 
 #: Families held out for testing by ``glyphs`` with ``split = "families"`` unless the recipe names its own:
 #: scripts and symbol blocks of both kinds, about half of the classes of any catalogue prefix.
@@ -90,7 +90,7 @@ class GlyphsParams(Params):
         return self.val_fraction > 0
 
 
-def build_glyphs(params: GlyphsParams, ctx: Any) -> Any:
+def build_glyphs(params: GlyphsParams, ctx: BuildContext) -> Any:
     """Build the ``glyphs`` dataset bundle (generated or read from the cache)."""
     from dmlplug_builtins.datasets.glyphs import build_bundle
 
@@ -141,7 +141,7 @@ class Cub200Params(FileDatasetParams):
                                "others test classes (standard: 100).")
 
 
-def build_cub200(params: Cub200Params, ctx: Any) -> Any:
+def build_cub200(params: Cub200Params, ctx: BuildContext) -> Any:
     """Build the CUB200-2011 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug_builtins.datasets.cub200 import build_bundle
 
@@ -158,7 +158,7 @@ class Cars196Params(FileDatasetParams):
                                "folder name) are training classes, the others test classes (standard: 98).")
 
 
-def build_cars196(params: Cars196Params, ctx: Any) -> Any:
+def build_cars196(params: Cars196Params, ctx: BuildContext) -> Any:
     """Build the CARS196 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug_builtins.datasets.cars196 import build_bundle
 
@@ -178,7 +178,7 @@ class SopParams(FileDatasetParams):
         "super-class, so the default is a seeded random draw rather than the last classes.")
 
 
-def build_sop(params: SopParams, ctx: Any) -> Any:
+def build_sop(params: SopParams, ctx: BuildContext) -> Any:
     """Build the Stanford Online Products bundle from Ebay_train.txt / Ebay_test.txt."""
     from dmlplug_builtins.datasets.sop import build_bundle
 
@@ -201,7 +201,7 @@ class INaturalistParams(FileDatasetParams):
                               "become validation; category ids follow taxonomy, so a seeded random draw.")
 
 
-def build_inaturalist(params: INaturalistParams, ctx: Any) -> Any:
+def build_inaturalist(params: INaturalistParams, ctx: BuildContext) -> Any:
     """Build the iNaturalist-2018 bundle from the JSON annotations and the split lists."""
     from dmlplug_builtins.datasets.inaturalist import build_bundle
 
@@ -222,7 +222,7 @@ class FolderParams(FileDatasetParams):
         "classes used for training; the rest are test classes.")
 
 
-def build_folder(params: FolderParams, ctx: Any) -> Any:
+def build_folder(params: FolderParams, ctx: BuildContext) -> Any:
     """Build a bundle from class folders."""
     from dmlplug_builtins.datasets.folder import build_bundle
 
@@ -246,7 +246,7 @@ class CsvParams(FileDatasetParams):
         return True if self.val_classes > 0 else None
 
 
-def build_csv(params: CsvParams, ctx: Any) -> Any:
+def build_csv(params: CsvParams, ctx: BuildContext) -> Any:
     """Build a bundle from a CSV list of images."""
     from dmlplug_builtins.datasets.csv_list import build_bundle
 

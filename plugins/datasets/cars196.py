@@ -36,7 +36,7 @@ TEST_ANNOS = "cars_test_annos_withlabels.mat"
 
 def build_bundle(params: Cars196Params):
     """Build the CARS196 bundle (train: classes 1..N, test: the rest)."""
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
     from dmlplug.data.splits import split_by_class_order
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
@@ -80,6 +80,7 @@ def _mat_struct(path, key: str) -> dict[str, list]:
     except (KeyError, ValueError, OSError) as exc:
         raise DataError(f"{NAME}: cannot read {key!r} from {path}: {exc}", where=str(path),
                         fix="re-download the annotation file; it may be truncated") from None
+    assert records.dtype.names is not None  # a MATLAB struct array: a structured numpy array
     return {field: [records[i][field] for i in range(len(records))] for field in records.dtype.names}
 
 
@@ -111,7 +112,7 @@ def _read_devkit(root):
 
 
 def _read_folders(root):
-    from dmlplug.data.files import list_class_folders, list_image_files
+    from dmlplug.data.image_files import list_class_folders, list_image_files
 
     if not (root / "images").is_dir():
         raise missing_file_error(NAME, root / "images", LAYOUT, root=root)

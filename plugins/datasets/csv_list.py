@@ -50,9 +50,9 @@ def build_bundle(params: CsvParams):
     sources = {s: _source(by_split[s], root, s, params) for s in ("train", "test", "val") if by_split[s]}
     test_flags = [flags[i] for i, r in enumerate(rows) if r[2] == "test"]
     # A flag column is present for every row or for none; None means "absent".
-    query = [f[0] for f in test_flags] if test_flags[0][0] is not None else None
-    gallery = [f[1] for f in test_flags] if test_flags[0][1] is not None else None
-    query, gallery = query_gallery_masks(sources["test"].labels, query, gallery, where=str(csv_path))
+    query_flags = [f[0] for f in test_flags] if test_flags[0][0] is not None else None
+    gallery_flags = [f[1] for f in test_flags] if test_flags[0][1] is not None else None
+    query, gallery = query_gallery_masks(sources["test"].labels, query_flags, gallery_flags, where=str(csv_path))
     return assemble_bundle(NAME, params, sources["train"], sources["test"], root=root, layout="csv",
                            val=sources.get("val"), test_query_mask=query, test_gallery_mask=gallery,
                            info={"file": str(csv_path)})
@@ -97,7 +97,7 @@ def _flag(value: str | None, csv_path, line: int) -> bool:
 
 
 def _source(rows, root, split: str, params: CsvParams):
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
 
     labels = [r[1] for r in rows]
     # Numeric labels sort as numbers ("2" before "10"), anything else by name.

@@ -30,7 +30,7 @@ STANDARD = {"train_images": 5864, "train_classes": 100, "test_images": 5924, "te
 
 def build_bundle(params: Cub200Params):
     """Build the CUB200-2011 bundle (train: classes 1..N, test: the rest)."""
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
     from dmlplug.data.splits import split_by_class_order
 
     root = resolve_root(params.root, dataset=NAME, layout=LAYOUT)
@@ -80,7 +80,7 @@ def _read_official(root):
 
 def _read_folders(root):
     """Image paths, class ids (the numeric folder prefix) and names from ``images/<NNN.Name>/``."""
-    from dmlplug.data.files import list_class_folders, list_image_files
+    from dmlplug.data.image_files import list_class_folders, list_image_files
     from dmlplug.errors import DataError
 
     paths, class_ids, names = [], [], {}

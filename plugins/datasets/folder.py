@@ -47,7 +47,7 @@ def build_bundle(params: FolderParams):
 
 
 def _read_classes(directory, name: str, params: FolderParams):
-    from dmlplug.data.files import FileImageSource, list_class_folders, list_image_files
+    from dmlplug.data.image_files import FileImageSource, list_class_folders, list_image_files
     from dmlplug.errors import DataError
 
     if not directory.is_dir():

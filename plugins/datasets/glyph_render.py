@@ -203,7 +203,8 @@ def rasterize(char: str, face: str, size: int, stroke: int = 0) -> Image.Image |
     font = _font(face, size)
     left, top, right, bottom = font.getbbox(char, stroke_width=stroke)
     pad = 2 + stroke
-    image = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad))
+    # Pillow types getbbox as floats; FreeType's bounding box is in whole pixels (ints).
+    image = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad))  # type: ignore[arg-type]
     ImageDraw.Draw(image).text((pad - left, pad - top), char, font=font, fill=255,
                                stroke_width=stroke, stroke_fill=255)
     ink = image.getbbox()
@@ -318,8 +319,10 @@ def _render_class(entry: GlyphClass, count: int, image_size: int, seed: int) -> 
         # One vector draw per image (scalar generator calls dominate the run time otherwise).
         u = rng.random(11)
         stroke = int(u[0] * 3)  # 0, 1 or 2 supersampled pixels of extra outline
+        raster = _cached_raster(rasters, entry.char, face, font_size, stroke)
+        assert raster is not None  # the glyph has ink without outline (above), so it has with one
         placed = _place(
-            _cached_raster(rasters, entry.char, face, font_size, stroke),
+            raster,
             canvas,
             angle=-12.0 + 24.0 * u[1],
             shear=-0.2 + 0.4 * u[2],

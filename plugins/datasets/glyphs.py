@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from dmlplug_builtins.datasets import GlyphsParams
     from dmlplug_builtins.datasets.glyph_render import GlyphArrays
 
-_CACHE_ARRAYS = ("images", "labels", "class_names", "families")
-
 T = TypeVar("T")
 
 #: Classes per family in the catalogue that matplotlib's fonts give

@@ -118,7 +118,7 @@ def _select(catalogue: _Catalogue, list_path) -> tuple[list[str], list[int]]:
 def _source(paths, categories, catalogue: _Catalogue, split: str, root, params: INaturalistParams):
     import numpy as np
 
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
 
     super_index = {name: i for i, name in enumerate(catalogue.super_names)}
     return FileImageSource.from_class_keys(

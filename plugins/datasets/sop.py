@@ -75,7 +75,7 @@ def _read_split(path) -> list[tuple[int, int, str]]:
 
 def _super_class_names(rows) -> list[str]:
     """Super-class names (the image folder, e.g. ``bicycle_final``) indexed by ``super_class_id - 1``."""
-    by_id = {}
+    by_id: dict[int, str] = {}
     for _, super_id, relpath in rows:
         by_id.setdefault(super_id, relpath.split("/", 1)[0])
     return [by_id.get(i, str(i)) for i in range(1, max(by_id, default=0) + 1)]
@@ -84,7 +84,7 @@ def _super_class_names(rows) -> list[str]:
 def _source(rows, image_dir, split: str, params: SopParams):
     import numpy as np
 
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
 
     class_ids = [r[0] for r in rows]
     # The product id (file name up to the last "_") names a class; ooDML identifies classes by it.

@@ -11,10 +11,17 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
+from dmlplug.protocols import MultiHead
 
 WHERE = "regularizers: diva"
+#: The auxiliary heads, each decorrelated from the discriminative one by default.
+_AUXILIARY: tuple[Literal["selfsimilarity", "shared", "intra"], ...] = ("selfsimilarity", "shared", "intra")
+
+
+#: Optimizer groups of the margin β and of the decorrelation regressors (declared to validate, built by DiVA).
+BETA_GROUP, REGRESSORS_GROUP = "diva_beta", "diva_regressors"
 
 
 class DivaParams(Params):
@@ -34,7 +41,7 @@ class DivaParams(Params):
                     "three; CUB 1500, CARS 100, SOP 150).",
     )
     decorrelate: list[Literal["selfsimilarity", "shared", "intra"]] = Field(
-        default_factory=lambda: ["selfsimilarity", "shared", "intra"],
+        default_factory=lambda: list(_AUXILIARY),
         description="Source heads decorrelated from the discriminative one (empty: no decorrelation).",
     )
     temperature: float = Field(0.01, gt=0.0, description="MoCo temperature tau (sample runs 0.01; parameters.py 0.1).")
@@ -62,8 +69,8 @@ class DivaParams(Params):
         return ("views:2", "ema") if self.alpha_ssl > 0 else ()
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """The shared/intra-class margin β (``diva_beta``) and the decorrelation regressors (``diva_regressors``)."""
-        return (section, "diva_beta", "diva_regressors")
+        """The margin β (:data:`BETA_GROUP`) and the decorrelation regressors (:data:`REGRESSORS_GROUP`)."""
+        return (BETA_GROUP, REGRESSORS_GROUP)
 
     def head_embeddings(self) -> dict[str, str]:
         """The multi head's outputs DiVA uses, by parameter (``dmlplug validate`` checks them against ``heads``)."""
@@ -79,7 +86,7 @@ class DivaParams(Params):
         return self
 
 
-def build_diva(params: DivaParams, ctx: Any) -> Any:
+def build_diva(params: DivaParams, ctx: BuildContext) -> Any:
     """Build the DiVA regularizer for the recipe's multi head.
 
     The shared and intra-class Margin losses are two instances of loss ``margin`` and the shared miner
@@ -93,19 +100,17 @@ def build_diva(params: DivaParams, ctx: Any) -> Any:
              "selfsimilarity": params.selfsimilarity_head, "intra": params.intra_head}
     head_fix = ("use [head] name = 'multi' with heads = {discriminative = 128, shared = 128, selfsimilarity = 128, "
                 "intra = 128}, or point the *_head parameters at its head names")
-    layers = getattr(getattr(ctx, "head", None), "heads", None)
-    if layers is None:
+    head = ctx.require("head")
+    if not isinstance(head, MultiHead):
         raise ComponentError("DiVA needs a multi-head model, but the recipe's head has no named heads",
                              where=WHERE, fix=head_fix)
-    missing = [f"{role} ({name!r})" for role, name in roles.items() if name not in layers]
+    sizes = head.output_sizes
+    missing = [f"{role} ({name!r})" for role, name in roles.items() if name not in sizes]
     if missing:
         raise ComponentError(f"DiVA's head(s) {', '.join(missing)} are not heads of the model "
-                             f"(it has {sorted(layers)})", where=WHERE, fix=head_fix)
-    num_classes = getattr(ctx, "num_classes", None)
-    if not num_classes:
-        raise ComponentError("DiVA needs the number of training classes", where=WHERE,
-                             fix="build it inside a run, or pass num_classes=...")
-    dims = {role: int(layers[name].out_features) for role, name in roles.items()}
+                             f"(it has {sorted(sizes)})", where=WHERE, fix=head_fix)
+    ctx.require("num_classes")
+    dims = {role: int(sizes[name]) for role, name in roles.items()}
     rho = params.rho * len(params.decorrelate) if len(params.rho) == 1 else params.rho
     # The reference trains one β vector per auxiliary space: two instances of the same Margin loss.
     margin = {"name": "margin", "margin": params.margin, "beta": params.beta, "learn_beta": params.learn_beta,
@@ -121,14 +126,14 @@ def build_diva(params: DivaParams, ctx: Any) -> Any:
     return DivaRegularizer(
         roles, dims,
         shared_loss=shared_loss, intra_loss=intra_loss, shared_miner=LabelPermutingMiner(distance_weighted),
-        batch_size=getattr(ctx, "batch_size", None),
+        batch_size=ctx.batch_size,
         alpha_shared=params.alpha_shared, alpha_intra=params.alpha_intra, alpha_ssl=params.alpha_ssl,
         rho=dict(zip(params.decorrelate, rho, strict=True)),
         temperature=params.temperature, n_key_batches=params.n_key_batches, momentum=params.momentum,
         negative_normalization=params.negative_normalization, lower_cutoff=params.lower_cutoff,
         upper_cutoff=params.upper_cutoff, shuffle_keys=params.shuffle_keys, regressor_hidden=params.regressor_hidden,
         beta_lr_mult=params.beta_lr_mult, regressor_lr_mult=params.regressor_lr_mult,
-    ).to(getattr(ctx, "device", "cpu") or "cpu")
+    ).to(ctx.device)
 
 
 @hookimpl

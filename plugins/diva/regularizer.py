@@ -17,12 +17,13 @@ Imported only by the DiVA factory (torch at module level).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from dmlplug.errors import RunError
+from dmlplug_builtins.diva import BETA_GROUP, REGRESSORS_GROUP
 from dmlplug_builtins.diva.terms import IntraClassMiner, decorrelation, momentum_contrast_loss
 
 WHERE = "regularizers: diva"
@@ -56,6 +57,10 @@ class DivaRegularizer(nn.Module):
         regressor_lr_mult: Learning-rate multiplier of the regressor group (``diva_regressors``).
     """
 
+    # The buffers registered in __init__ (nn.Module's __getattr__ types attributes as Tensor | Module).
+    queue: torch.Tensor
+    queue_filled: torch.Tensor
+
     def __init__(
         self,
         heads: dict[str, str],
@@ -72,7 +77,7 @@ class DivaRegularizer(nn.Module):
         temperature: float = 0.01,
         n_key_batches: int = 30,
         momentum: float = 0.9,
-        negative_normalization: str = "column",
+        negative_normalization: Literal["column", "row"] = "column",
         lower_cutoff: float = 0.5,
         upper_cutoff: float = 1.4,
         shuffle_keys: bool = True,
@@ -148,6 +153,7 @@ class DivaRegularizer(nn.Module):
             target = embeddings["discriminative"]
             total = sum(-weight * decorrelation(embeddings[source], target, self.regressors[source])
                         for source, weight in self.rho.items())
+            assert isinstance(total, torch.Tensor)  # rho is not empty: no sum of nothing (0)
             terms["decorrelation"] = total
         return terms
 
@@ -206,10 +212,10 @@ class DivaRegularizer(nn.Module):
         groups = []
         betas = [loss.beta for loss in (self.shared_loss, self.intra_loss) if isinstance(loss.beta, nn.Parameter)]
         if betas:
-            groups.append({"name": "diva_beta", "params": betas, "lr_mult": self.beta_lr_mult, "weight_decay": 0.0})
+            groups.append({"name": BETA_GROUP, "params": betas, "lr_mult": self.beta_lr_mult, "weight_decay": 0.0})
         regressors = list(self.regressors.parameters())
         if regressors:
-            groups.append({"name": "diva_regressors", "params": regressors, "lr_mult": self.regressor_lr_mult,
+            groups.append({"name": REGRESSORS_GROUP, "params": regressors, "lr_mult": self.regressor_lr_mult,
                            "weight_decay": 0.0})
         return groups
 

@@ -7,13 +7,16 @@ plugins stays light. The ``dmlplug evaluate`` command is in :mod:`.command`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 
 Normalization = Literal["standard", "revisiting"]
+#: Both normalisations (the default of the mAP evaluators).
+_BOTH_NORMALIZATIONS: tuple[Normalization, ...] = ("standard", "revisiting")
 
 
 def _positive_sorted(values: list[int]) -> list[int]:
@@ -70,7 +73,7 @@ class RPrecisionParams(OneMetric, AveragedParams):
     METRIC: ClassVar[str] = "r_precision"
 
 
-def _normalised(base: str, normalizations: list[str]) -> tuple[str, ...]:
+def _normalised(base: str, normalizations: Sequence[str]) -> tuple[str, ...]:
     # The key of a mAP variant: standard -> base, revisiting -> base_revisiting (retrieval.spec_key).
     return tuple(base + ("" if n == "standard" else "_revisiting") for n in normalizations)
 
@@ -80,7 +83,7 @@ class MapAtKParams(AveragedParams):
 
     k: int = Field(1000, ge=1, description="Cut-off of the ranking (metric key map@<k>).")
     normalizations: list[Normalization] = Field(
-        default_factory=lambda: ["standard", "revisiting"],
+        default_factory=lambda: list(_BOTH_NORMALIZATIONS),
         description="'standard' divides by R (PML, key map@<k>); 'revisiting' by R+1 (key map@<k>_revisiting).")
 
     def metric_names(self) -> tuple[str, ...]:
@@ -92,7 +95,7 @@ class MapAtCParams(AveragedParams):
     """Parameters of ``map_at_c``."""
 
     normalizations: list[Normalization] = Field(
-        default_factory=lambda: ["standard", "revisiting"],
+        default_factory=lambda: list(_BOTH_NORMALIZATIONS),
         description="'standard' divides by R (key map@c); 'revisiting' by R+1 (key map@c_revisiting).")
 
     def metric_names(self) -> tuple[str, ...]:
@@ -223,32 +226,32 @@ def _retrieval(specs: list[tuple[str, Any]], params: Any, name: str) -> Any:
     return RetrievalEvaluator(specs, average=params.average, per_class=params.per_class, name=name)
 
 
-def build_recall(params: RecallParams, ctx: Any) -> Any:
+def build_recall(params: RecallParams, ctx: BuildContext) -> Any:
     """Recall@k for every k."""
     return _retrieval([("recall", k) for k in params.k], params, "recall")
 
 
-def build_map_at_r(params: MapAtRParams, ctx: Any) -> Any:
+def build_map_at_r(params: MapAtRParams, ctx: BuildContext) -> Any:
     """MAP@R."""
     return _retrieval([("map_r", None)], params, "map_at_r")
 
 
-def build_r_precision(params: RPrecisionParams, ctx: Any) -> Any:
+def build_r_precision(params: RPrecisionParams, ctx: BuildContext) -> Any:
     """R-precision."""
     return _retrieval([("r_precision", None)], params, "r_precision")
 
 
-def build_map_at_1000(params: MapAtKParams, ctx: Any) -> Any:
+def build_map_at_1000(params: MapAtKParams, ctx: BuildContext) -> Any:
     """mAP@k with standard and/or Revisiting normalisation."""
     return _retrieval([("map_k", (params.k, n)) for n in params.normalizations], params, "map_at_1000")
 
 
-def build_map_at_c(params: MapAtCParams, ctx: Any) -> Any:
+def build_map_at_c(params: MapAtCParams, ctx: BuildContext) -> Any:
     """mAP@C with standard and/or Revisiting normalisation."""
     return _retrieval([("map_c", n) for n in params.normalizations], params, "map_at_c")
 
 
-def build_retrieval(params: RetrievalParams, ctx: Any) -> Any:
+def build_retrieval(params: RetrievalParams, ctx: BuildContext) -> Any:
     """Recall@k, MAP@R and R-precision from one kNN graph."""
     specs = [("recall", k) for k in params.k] + [("map_r", None), ("r_precision", None)]
     return _retrieval(specs, params, "retrieval")
@@ -262,22 +265,22 @@ def _clustering(metric: str, params: ClusteringParams) -> Any:
     return evaluator
 
 
-def build_nmi(params: NmiParams, ctx: Any) -> Any:
+def build_nmi(params: NmiParams, ctx: BuildContext) -> Any:
     """NMI of k-means clusters."""
     return _clustering("nmi", params)
 
 
-def build_ami(params: AmiParams, ctx: Any) -> Any:
+def build_ami(params: AmiParams, ctx: BuildContext) -> Any:
     """AMI of k-means clusters."""
     return _clustering("ami", params)
 
 
-def build_f1(params: F1Params, ctx: Any) -> Any:
+def build_f1(params: F1Params, ctx: BuildContext) -> Any:
     """Pair-counting F1 of k-means clusters."""
     return _clustering("f1", params)
 
 
-def build_verification(params: VerificationParams, ctx: Any) -> Any:
+def build_verification(params: VerificationParams, ctx: BuildContext) -> Any:
     """TAR@FAR, EER and ROC."""
     from dmlplug.evaluation.verification import VerificationEvaluator
 
@@ -295,17 +298,17 @@ def _opis(metric: str, params: OpisParams, epsilon: float = 0.1, pooling: str = 
     return evaluator
 
 
-def build_opis(params: OpisParams, ctx: Any) -> Any:
+def build_opis(params: OpisParams, ctx: BuildContext) -> Any:
     """OPIS threshold-consistency."""
     return _opis("opis", params)
 
 
-def build_eps_opis(params: EpsOpisParams, ctx: Any) -> Any:
+def build_eps_opis(params: EpsOpisParams, ctx: BuildContext) -> Any:
     """ε-OPIS threshold-consistency."""
     return _opis("eps_opis", params, params.epsilon, params.pooling)
 
 
-def build_structure(params: StructureParams, ctx: Any) -> Any:
+def build_structure(params: StructureParams, ctx: BuildContext) -> Any:
     """Structure metrics."""
     from dmlplug.evaluation.structure import StructureEvaluator
 
@@ -342,6 +345,6 @@ def register_evaluators(register: Any) -> None:
 @hookimpl
 def register_commands(app: Any) -> None:
     """Add ``dmlplug evaluate FILE.npz``."""
-    from dmlplug_builtins.evaluators.command import evaluate_command
+    from dmlplug_builtins.evaluators.commands import cmd_evaluate
 
-    app.command("evaluate")(evaluate_command)
+    app.command("evaluate")(cmd_evaluate)

@@ -10,19 +10,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
 
 
-class _HeadParams(Params):
-    """What every built-in head shares: its parameters form the one optimizer group ``head``."""
-
-    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """The head's parameters form one group, named after its section (``head``)."""
-        return (section,)
-
-
-class LinearHeadParams(_HeadParams):
+class LinearHeadParams(Params):
     """Parameters of the ``linear`` head."""
 
     embedding_size: int = Field(128, ge=1, description="Embedding dimension D.")
@@ -30,7 +22,7 @@ class LinearHeadParams(_HeadParams):
     bias: bool = Field(True, description="Use a bias in the linear layer.")
 
 
-class MlpHeadParams(_HeadParams):
+class MlpHeadParams(Params):
     """Parameters of the ``mlp`` head."""
 
     embedding_size: int = Field(128, ge=1, description="Embedding dimension D.")
@@ -39,7 +31,7 @@ class MlpHeadParams(_HeadParams):
     normalize: bool = Field(True, description="L2-normalise the embedding.")
 
 
-class MultiHeadParams(_HeadParams):
+class MultiHeadParams(Params):
     """Parameters of the ``multi`` head."""
 
     heads: dict[str, int] = Field(
@@ -49,6 +41,10 @@ class MultiHeadParams(_HeadParams):
     weights: list[float] | None = Field(
         None, description="Weights of the heads in the evaluation embedding (default: all 1)."
     )
+
+    def head_outputs(self) -> tuple[str, ...]:
+        """The named heads, in concatenation order: the head returns one embedding per name."""
+        return tuple(self.heads)
 
     @field_validator("heads")
     @classmethod
@@ -76,22 +72,22 @@ class MultiHeadParams(_HeadParams):
         return self
 
 
-def build_linear(params: LinearHeadParams, ctx: Any) -> Any:
+def build_linear(params: LinearHeadParams, ctx: BuildContext) -> Any:
     """Linear embedding layer on the pooled features."""
     from dmlplug_builtins.heads.modules import LinearHead
 
-    return LinearHead(ctx.feature_dim, params.embedding_size, bias=params.bias, normalize=params.normalize)
+    return LinearHead(ctx.require("feature_dim"), params.embedding_size, bias=params.bias, normalize=params.normalize)
 
 
-def build_mlp(params: MlpHeadParams, ctx: Any) -> Any:
+def build_mlp(params: MlpHeadParams, ctx: BuildContext) -> Any:
     """MLP embedding head (ReLU between layers)."""
     from dmlplug_builtins.heads.modules import MlpHead
 
-    return MlpHead(ctx.feature_dim, params.embedding_size, params.hidden, dropout=params.dropout,
+    return MlpHead(ctx.require("feature_dim"), params.embedding_size, params.hidden, dropout=params.dropout,
                    normalize=params.normalize)
 
 
-def build_multi(params: MultiHeadParams, ctx: Any) -> Any:
+def build_multi(params: MultiHeadParams, ctx: BuildContext) -> Any:
     """Several named L2-normalised linear heads; evaluation = weighted concatenation, re-normalised."""
     from dmlplug_builtins.heads.modules import MultiHead
 
@@ -99,7 +95,7 @@ def build_multi(params: MultiHeadParams, ctx: Any) -> Any:
     if len(weights) != len(params.heads):  # checked by MultiHeadParams too; kept for hand-made params
         raise ComponentError(f"head 'multi': {len(weights)} weights for {len(params.heads)} heads",
                              where="[head] weights")
-    return MultiHead(ctx.feature_dim, params.heads, weights)
+    return MultiHead(ctx.require("feature_dim"), params.heads, weights)
 
 
 @hookimpl
@@ -107,5 +103,5 @@ def register_heads(register: Any) -> None:
     """Register the built-in heads."""
     register("linear", build_linear, params=LinearHeadParams, description="Linear layer + L2 normalisation.")
     register("mlp", build_mlp, params=MlpHeadParams, description="MLP + L2 normalisation.")
-    register("multi", build_multi, params=MultiHeadParams, tags=("multi_head",),
+    register("multi", build_multi, params=MultiHeadParams,
              description="Named heads; evaluation embedding = weighted concatenation (DiVA-style).")

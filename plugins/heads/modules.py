@@ -73,11 +73,14 @@ class MultiHead(nn.Module):
         weights: Weight of each head in the evaluation embedding (same order).
     """
 
+    weights: torch.Tensor  # a buffer registered in __init__ (nn.Module's __getattr__ types it Tensor | Module)
+
     def __init__(self, feature_dim: int, heads: dict[str, int], weights: list[float]) -> None:
         super().__init__()
         self.names = list(heads)
         self.heads = nn.ModuleDict({n: nn.Linear(feature_dim, d) for n, d in heads.items()})
         self.embedding_size = sum(heads.values())
+        self.output_sizes = dict(heads)
         self.register_buffer("weights", torch.tensor(weights, dtype=torch.float32))
 
     def forward(self, features: torch.Tensor) -> dict[str, torch.Tensor]:

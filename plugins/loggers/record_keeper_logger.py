@@ -19,9 +19,12 @@ import csv
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 class _PrefixedWriter:
@@ -73,7 +76,7 @@ def enable_pml_stats(module: Any, rebuild: Any) -> int:
     fresh_modules = dict(fresh.named_modules()) if isinstance(fresh, torch.nn.Module) else {}
     enabled = 0
     for name, m in module.named_modules():
-        twin = fresh_modules.get(name)
+        twin: Any = fresh_modules.get(name)  # Any: a PML module (pytorch_metric_learning has no types)
         if isinstance(m, ModuleWithRecords) and type(twin) is type(m):
             m.collect_stats = True
             for stat in getattr(twin, "_record_these_stats", []):
@@ -108,9 +111,10 @@ class RecordKeeperLogger:
     def __init__(self, params: Any, rebuild: Callable[[str], Any]):
         self.params = params
         self.rebuild = rebuild
-        self.keeper = None
-        self.writer = None
-        self.tb = None
+        # record_keeper has no types: a RecordKeeper and a RecordWriter once on_run_start ran.
+        self.keeper: Any = None
+        self.writer: Any = None
+        self.tb: SummaryWriter | None = None
         self.watched: dict[str, Any] = {}
 
     @hookimpl
@@ -214,8 +218,8 @@ def _trim_csv(path: Path, step: int) -> None:
             kept.append(row)
             continue
         try:
-            value = float(row[header.index(column)])
-        except (AttributeError, ValueError, IndexError):
+            value = None if header is None else float(row[header.index(column)])  # no header yet: dropped
+        except (ValueError, IndexError):
             value = None
         if value is not None and value <= step:
             kept.append(row)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 #: Evaluation values that count items rather than measure the model: they go to the text record
 #: ``eval/<split>/counts`` and the hyper-parameters, not beside the metrics as scalars.
@@ -30,7 +33,7 @@ class TensorBoardLogger:
 
     def __init__(self, params: Any):
         self.params = params
-        self.writer = None
+        self.writer: SummaryWriter | None = None  # opened by on_run_start
         self._epoch_logged: tuple[int, int] | None = None  # (step, epoch) of the last ``epoch`` scalar
 
     @hookimpl
@@ -63,6 +66,7 @@ class TensorBoardLogger:
 
     def _log_epoch(self, step: int, epoch: int) -> None:
         """The scalar ``epoch`` at ``step`` (as Lightning logs it), once per step."""
+        assert self.writer is not None  # opened by on_run_start
         if self._epoch_logged != (step, epoch):
             self.writer.add_scalar("epoch", epoch, step)
             self._epoch_logged = (step, epoch)
@@ -131,6 +135,7 @@ class TensorBoardLogger:
         import numpy as np
         import torch
 
+        assert self.writer is not None  # on_run_end calls this only with an open writer
         split = run.recipe.evaluation.split
         source = getattr(run.dataset, split)
         rng = np.random.default_rng(run.recipe.run.seed)
@@ -149,6 +154,7 @@ class TensorBoardLogger:
                                   metadata_header=["label", "class"])
 
     def _hparams(self, run) -> None:
+        assert self.writer is not None  # on_run_end calls this only with an open writer
         split = run.recipe.evaluation.split
         latest = {k: float(v) for k, v in run.latest_metrics.items() if isinstance(v, float | int)}
         metrics = {f"hparams/final/{split}/{k}": v for k, v in latest.items() if k not in BOOKKEEPING}

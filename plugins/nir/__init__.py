@@ -11,10 +11,14 @@ from typing import Any
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
 
 WHERE = "regularizers: nir"
+
+
+#: The optimizer group of the flow's parameters (declared to validate, built by the regularizer).
+FLOW_GROUP = "nir"
 
 
 class NirParams(Params):
@@ -38,11 +42,11 @@ class NirParams(Params):
     )
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """The conditional flow's parameters: the group ``nir``."""
-        return (section, "nir")
+        """The conditional flow's parameters: the group :data:`FLOW_GROUP`."""
+        return (FLOW_GROUP,)
 
 
-def build_nir(params: NirParams, ctx: Any) -> Any:
+def build_nir(params: NirParams, ctx: BuildContext) -> Any:
     """Build the NIR flow regularizer, conditioned on the proxies of ``ctx.loss``.
 
     Raises:

@@ -18,6 +18,7 @@ from torch import nn
 
 from dmlplug.errors import RunError
 from dmlplug.proxies import class_proxies
+from dmlplug_builtins.nir import FLOW_GROUP
 
 
 class NonIsotropyRegularizer(nn.Module):
@@ -81,7 +82,7 @@ class NonIsotropyRegularizer(nn.Module):
         """One group with the flow's parameters (the proxies stay in the loss's group)."""
         return [
             {
-                "name": "nir",
+                "name": FLOW_GROUP,
                 "params": list(self.flow.parameters()),
                 "lr_mult": self.lr_mult,
                 "weight_decay": self.weight_decay,

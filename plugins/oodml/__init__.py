@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, ComponentTable, Params, TableOf, hookimpl
 from dmlplug.protocols import Register, ReportSection, RunView
 
 # ---------------------------------------------------------------------------------------------- dataset
@@ -40,72 +40,29 @@ class OodSplitParams(Params):
     part: Literal["zero_shot", "few_shot_base"] = Field(
         "zero_shot", description="zero_shot: train on the split's train classes; few_shot_base: train on its "
                                  "split_train classes and validate on split_val (few-shot base models).")
-    dataset: dict[str, Any] = Field(description='The wrapped dataset\'s table, e.g. {name = "cub200", root = '
-                                                '"..."}; its images are re-partitioned by class name.')
+    dataset: Annotated[ComponentTable, TableOf("datasets")] = Field(
+        description='The wrapped dataset\'s table, e.g. {name = "cub200", root = "..."}; its images are '
+                    're-partitioned by class name.')
 
-    _inner_tags: tuple[str, ...] = PrivateAttr(default=())
-    _inner_requires: tuple[str, ...] = PrivateAttr(default=())
+    def extra_tags(self) -> tuple[str, ...]:
+        """The wrapped dataset's capabilities (e.g. SOP's super_labels) survive the re-partition."""
+        return (*self.dataset.info.tags, *self.dataset.params.extra_tags())
 
-    @field_validator("dataset")
-    @classmethod
-    def _wrapped_table(cls, table: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if not isinstance(table.get("name"), str) or not table["name"]:
-            raise ValueError('the wrapped dataset needs a name, e.g. dataset = {name = "cub200", root = "..."}')
-        _validate_wrapped(table, info)  # errors name the wrapped table's keys
-        return table
-
-    @model_validator(mode="after")
-    def _wrapped_capabilities(self, info: ValidationInfo) -> OodSplitParams:
-        wrapped = _validate_wrapped(self.dataset, info)
-        if wrapped is not None:
-            # What the wrapped dataset offers (e.g. SOP's super_labels) survives the re-partition.
-            registered, params = wrapped
-            self._inner_tags = (*registered.tags, *params.extra_tags())
-            self._inner_requires = (*registered.requires, *params.extra_requires())
-        return self
+    def extra_requires(self) -> tuple[str, ...]:
+        """The wrapped dataset's requirements."""
+        return (*self.dataset.info.requires, *self.dataset.params.extra_requires())
 
     def has_validation_split(self) -> bool:
         """A few-shot base part validates on the split's ``split_val`` classes; a zero-shot part has no validation."""
         return self.part == "few_shot_base"
 
-    def extra_tags(self) -> tuple[str, ...]:
-        """The wrapped dataset's capabilities (known once validated with a registry)."""
-        return self._inner_tags
 
-    def extra_requires(self) -> tuple[str, ...]:
-        """The wrapped dataset's requirements (known once validated with a registry)."""
-        return self._inner_requires
-
-
-def _validate_wrapped(table: dict[str, Any], info: ValidationInfo | None) -> tuple[Any, Params] | None:
-    """``(registry entry, validated params)`` of the wrapped dataset table, or ``None`` without a registry.
-
-    The registry comes with the validation context (``dmlplug validate``, a run, ``ctx.build``); a bare
-    ``model_validate`` has none, and the wrapped table is then checked when the dataset is built.
-
-    Raises:
-        ValueError: The wrapped dataset is unknown or its parameters are invalid.
-    """
-    registry = (info.context or {}).get("registry") if info is not None else None
-    if registry is None:
-        return None
-    from dmlplug.errors import DmlplugError
-
-    try:
-        registered = registry.get("datasets", table["name"])
-        params = registered.validate({k: v for k, v in table.items() if k != "name"}, where="data.dataset.dataset",
-                                     registry=registry)
-    except DmlplugError as exc:
-        raise ValueError(exc.what) from None
-    return registered, params
-
-
-def build_oodml_split(params: OodSplitParams, ctx: Any) -> Any:
+def build_oodml_split(params: OodSplitParams, ctx: BuildContext) -> Any:
     """Build the wrapped dataset through the registry and re-partition it by the split's class names."""
     from dmlplug_builtins.oodml.dataset import select_split
 
     bundle = ctx.build("dataset", params.dataset, where="data.dataset.dataset")
-    search = [ctx.run_dir] if getattr(ctx, "run_dir", None) is not None else []
+    search = [ctx.run_dir] if ctx.run_dir is not None else []
     return select_split(bundle, params.split_file, params.split_id, params.part, search=search)
 
 
@@ -163,7 +120,7 @@ class FewShotParams(FewShotSettings):
         return ()
 
 
-def build_fewshot(params: FewShotParams, ctx: Any) -> Any:
+def build_fewshot(params: FewShotParams, ctx: BuildContext) -> Any:
     """The few-shot evaluator (it runs the protocol when its run completes, see :func:`on_run_end`)."""
     from dmlplug_builtins.oodml.evaluator import FewShotEvaluator
 
@@ -192,9 +149,17 @@ def register_evaluators(register: Register) -> None:
 @hookimpl
 def register_commands(app: Any) -> None:
     """Add ``dmlplug oodml splits | run | summarize`` and ``dmlplug fewshot``."""
-    from dmlplug_builtins.oodml.commands import add_commands
+    import typer
 
-    add_commands(app)
+    from dmlplug_builtins.oodml import commands
+
+    oodml = typer.Typer(help="ooDML benchmark: generate splits, sweep a recipe over them, summarise with AGS.",
+                        no_args_is_help=True)
+    oodml.command("splits")(commands.cmd_oodml_splits)
+    oodml.command("run")(commands.cmd_oodml_run)
+    oodml.command("summarize")(commands.cmd_oodml_summarize)
+    app.add_typer(oodml, name="oodml")
+    app.command("fewshot")(commands.cmd_fewshot)
 
 
 @hookimpl

@@ -28,7 +28,7 @@ class FewShotEvaluator:
         self.report: Any = None
         self._in_run = False
 
-    def evaluate(self, ctx: Any) -> dict[str, float]:
+    def evaluate(self, eval_context: Any) -> dict[str, float]:
         """No per-epoch metrics: the protocol runs once, after training (see the class docstring).
 
         Raises:

@@ -225,8 +225,8 @@ def generate_splits(
     spec = extractor or ExtractorSpec()
     if bundle is None:
         bundle = build_dataset(dataset, dataset_params)
-    extractor = build_extractor(spec) if backbone is None else Extractor(backbone, None, timm_provenance(spec))
-    table = dataset_class_means(bundle, extractor.backbone, spec, transform=extractor.transform)
+    built = build_extractor(spec) if backbone is None else Extractor(backbone, None, timm_provenance(spec))
+    table = dataset_class_means(bundle, built.backbone, spec, transform=built.transform)
     if min(len(table["train"]), len(table["test"])) < 2:
         raise DataError("the dataset's default split needs at least two train and two test classes")
     candidates = generate_candidates(
@@ -236,7 +236,7 @@ def generate_splits(
     selected = select_evenly(candidates, num_splits)
     info = {
         "dataset_params": dict(dataset_params or {}),
-        **extractor.info,
+        **built.info,
         "feature_dim": table["feature_dim"],
         "features": "pooled backbone features, class means over train ∪ test",
         "swaps_per_iter": swaps_per_iter, "iterations": iterations, "history": history,

@@ -10,7 +10,6 @@ torch is imported inside the functions.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,12 +69,12 @@ def episode_indices(labels: np.ndarray, class_names: Sequence[str], ids: Sequenc
         if cls not in index:
             continue  # a class outside the evaluated test split (e.g. the file lists more) is ignored
         for image_id in image_ids:
-            pos = lookup.get((index[cls], str(image_id)))
-            if pos is None:
+            found = lookup.get((index[cls], str(image_id)))
+            if found is None:
                 raise DataError(f"{where}: support image {image_id!r} is not an image of class {cls!r}",
                                 fix="check that the split file belongs to this dataset (image ids are file "
                                     "basenames, or img<k> for in-memory datasets)")
-            chosen.append(pos)
+            chosen.append(found)
     support_pos = np.unique(np.asarray(chosen, dtype=np.int64))
     is_query = np.ones(len(labels), dtype=bool)
     is_query[support_pos] = False
@@ -289,8 +288,3 @@ def stored_episodes(dataset: Any, split_file: str | Path | None = None, split_id
     if not split_file or not split_id:
         return None
     return read_split_file(split_file).by_id(int(split_id)).episodes
-
-
-def report_json(report: FewShotReport) -> str:
-    """The report as indented JSON text."""
-    return json.dumps(report.to_json(), indent=2)

@@ -137,7 +137,8 @@ def _trace_sqrt_in_span(centred_a: np.ndarray, centred_b: np.ndarray, eps: float
     stacked = np.concatenate([centred_a, centred_b], axis=0)  # m×dim, m = n_a + n_b < dim
     with _single_blas_thread():
         # stackedᵀ = Q R with orthonormal Q (dim×m), so centred_a @ Q = R[:, :n_a]ᵀ: Q is never formed.
-        r = np.linalg.qr(stacked.T, mode="r")
+        # numpy's stub types every mode as QRResult; mode "r" returns R alone.
+        r: np.ndarray = np.linalg.qr(stacked.T, mode="r")  # type: ignore[assignment]
         span = r.shape[0]
         coords_a, coords_b = r[:, :n_a], r[:, n_a:]
         offset = eps * np.eye(span)

@@ -38,5 +38,6 @@ def image_loader(source: Any, transform: Any, *, batch_size: int, workers: int =
     """
     from torch.utils.data import DataLoader
 
-    return DataLoader(TransformedImages(source, transform), batch_size=batch_size, shuffle=False,
+    # TransformedImages is map-style without subclassing Dataset, so that this module imports no torch.
+    return DataLoader(TransformedImages(source, transform), batch_size=batch_size, shuffle=False,  # type: ignore[arg-type]
                       num_workers=workers, pin_memory=str(device).startswith("cuda"))

@@ -20,7 +20,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from dmlplug.errors import DataError
 
 #: Value of the ``format`` key of every dmlplug split file.
-SPLIT_FILE_FORMAT = "dmlplug.oodml.splits"
+SPLIT_FILE_FORMAT: Final = "dmlplug.oodml.splits"
 #: Current schema version.
-SPLIT_FILE_VERSION = 1
+SPLIT_FILE_VERSION: Final = 1
 
 #: ``{shots: {episode: {class name: [support image ids]}}}``.
 Episodes = dict[int, dict[int, dict[str, list[str]]]]
@@ -98,8 +98,8 @@ class SplitFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["dmlplug.oodml.splits"] = Field(SPLIT_FILE_FORMAT, description="File type marker.")
-    version: Literal[1] = Field(SPLIT_FILE_VERSION, description="Schema version.")
+    format: Literal["dmlplug.oodml.splits"] = Field(default=SPLIT_FILE_FORMAT, description="File type marker.")
+    version: Literal[1] = Field(default=SPLIT_FILE_VERSION, description="Schema version.")
     dataset: str | None = Field(None, description="Registered dataset name the class names refer to.")
     source: str | None = Field(None, description="Where the splits come from ('generated', a published file).")
     info: dict[str, Any] = Field(

@@ -82,7 +82,7 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
     directory = Path(sweep_dir)
     copy = directory / SPLITS
     canonical = json.dumps(split_file.model_dump(mode="json"), sort_keys=True)
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "recipe": str(recipe_path.resolve()),
         "recipe_text": recipe_path.read_text(encoding="utf-8"),

@@ -27,7 +27,9 @@ class LabelsAsMetaClasses(torch.nn.Module):
     @property
     def proxies(self) -> torch.Tensor:
         """The ``C×D`` class proxies (read by :func:`dmlplug.proxies.class_proxies`)."""
-        return self.loss.proxies
+        proxies = self.loss.proxies
+        assert isinstance(proxies, torch.Tensor)  # PML's proxy losses hold them as an nn.Parameter
+        return proxies
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: tuple | None = None):
         """Manifold loss of the batch; the labels select each sample's proxy."""
@@ -119,4 +121,5 @@ class StepRegularizer(torch.nn.Module):
         if self.target == "embeddings":
             return self.regularizer(step.embeddings)
         loss = step.loss_module if step.loss_module is not None else self._loss[0]
+        assert loss is not None  # the factory refused a proxy target without a loss
         return self.regularizer(self.rows(loss, self.target, self.who))

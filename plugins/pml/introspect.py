@@ -1,30 +1,41 @@
-"""Params models for the PML catalogue, and the nested-table types shared by losses and miners.
+"""Params models of the PML catalogue: PML's signatures (names, defaults) plus the catalogue (types, descriptions).
 
-Everything here is torch-free: the models are generated from :mod:`dmlplug_builtins.pml.catalog` when
-the plugin is loaded, and validate recipes before anything heavy is imported.
+Everything here is torch-free: the models are generated when the plugin is loaded from :mod:`.catalog` and the
+stored signatures of the installed PML (:mod:`.signatures`), and validate recipes before anything heavy is
+imported.
 
-Nested tables:
-    * ``distance`` / ``reducer`` / ``embedding_regularizer`` / ``weight_regularizer``: PML objects handed
-      to a loss or miner constructor, e.g. ``[loss.distance] name = "cosine_similarity"``. They are a
-      discriminated union on ``name`` (canonical name or alias), so a typo is reported with its path.
-    * ``loss`` / ``miner`` tables of wrappers (``cross_batch_memory``, ``multiple_losses`` ...): any
-      registered component, validated against the registry that validates the recipe (handed over in
-      the pydantic validation context by ``ComponentInfo.validate(..., registry=...)``).
+Arguments of a class become fields as follows:
+    * an :class:`~dmlplug_builtins.pml.catalog.Arg` of the catalogue: a field of its type, with PML's default
+      (or the catalogue's recipe default);
+    * ``distance`` / ``reducer``: a nested component table, ``Annotated[ComponentTable, TableOf("distances")]``
+      / ``TableOf("reducers")``, so any registered distance or reducer is accepted, e.g.
+      ``[loss.distance] name = "cosine_similarity"``;
+    * ``embedding_regularizer`` / ``weight_regularizer``: a nested PML-regulariser table (a discriminated union on
+      ``name`` of the regularizers of the catalogue, a PML object rather than a registered step regularizer) and
+      its ``*_reg_weight``;
+    * arguments filled from the build context or kept at PML's default (:attr:`PmlClass.keep`) are no fields.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, ValidationInfo, create_model
+from pydantic import Field, create_model
 
-from dmlplug.errors import DmlplugError
+from dmlplug import ComponentTable, TableOf
+from dmlplug.errors import PluginError
 from dmlplug.params import Params
-from dmlplug_builtins.pml.catalog import DISTANCES, REDUCERS, REGULARIZERS, Arg, PmlClass
+from dmlplug_builtins.pml.catalog import PML, REGULARIZERS, Arg, PmlClass, module_of
+from dmlplug_builtins.pml.signatures import REQUIRED, PmlArg, signatures
 
-#: Reducers that take other reducers; their inner reducers come from the remaining (simple) ones.
-_COMPOSITE_REDUCERS = frozenset({"multiple", "per_anchor"})
+#: Arguments that hold a registered component, by kind.
+TABLE_ARGS: dict[str, str] = {"distance": "distances", "reducer": "reducers"}
+#: Arguments that hold a PML regulariser object, and the argument of its weight.
+REGULARIZER_ARGS: dict[str, str] = {"embedding_regularizer": "embedding_reg_weight",
+                                    "weight_regularizer": "weight_reg_weight"}
 
 
 def camel(name: str) -> str:
@@ -32,88 +43,84 @@ def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
-def arg_field(arg: Arg) -> tuple[Any, Any]:
+def pml_arguments(spec: PmlClass) -> dict[str, PmlArg]:
+    """The constructor arguments of ``spec``'s class in the installed PML, by name.
+
+    Raises:
+        PluginError: The installed PML has no such class (the catalogue does not fit this PML version).
+    """
+    sigs = signatures()
+    try:
+        return sigs.args(module_of(spec), spec.cls)
+    except KeyError:
+        raise PluginError(f"pytorch-metric-learning {sigs.version} has no {module_of(spec)}.{spec.cls}",
+                          fix="install the pytorch-metric-learning version of dmlplug's constraints") from None
+
+
+def recipe_default(arg: Arg, pml: PmlArg | None, spec: PmlClass) -> Any:
+    """The recipe default of ``arg``: the catalogue's, else PML's (an ``int`` default of a float field as float).
+
+    Raises:
+        PluginError: PML has no such argument, or no default and the catalogue gives none.
+    """
+    if arg.default is not PML:
+        return arg.default
+    if pml is None or pml.default is REQUIRED:
+        problem = "no argument" if pml is None else "no default for"
+        raise PluginError(f"pytorch-metric-learning {signatures().version}'s {spec.cls} has {problem} "
+                          f"{arg.name!r}, which dmlplug's catalogue expects",
+                          fix="install the pytorch-metric-learning version of dmlplug's constraints")
+    value = pml.default
+    union = typing.get_origin(arg.type) in (Union, types.UnionType)
+    accepted = typing.get_args(arg.type) if union else (arg.type,)
+    if isinstance(value, int) and not isinstance(value, bool) and float in accepted and int not in accepted:
+        return float(value)  # PML writes `margin=0` for a float margin
+    return value
+
+
+def arg_field(arg: Arg, pml: PmlArg | None, spec: PmlClass) -> tuple[Any, Any]:
     """The ``(type, FieldInfo)`` pair of one catalogue argument."""
-    return arg.type, Field(arg.default, description=arg.description)
-
-
-def table_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None) -> type[Params]:
-    """A nested-table model: ``name`` (the canonical name or an alias) plus the spec's arguments."""
-    names = (spec.name, *spec.aliases)
-    fields: dict[str, Any] = {
-        "name": (Literal[names], Field(description=f"{kind.capitalize()} name: {' / '.join(names)}.")),
-    }
-    fields.update({arg.name: arg_field(arg) for arg in spec.args})
-    fields.update(extra or {})
-    return create_model(f"{camel(spec.name)}{camel(kind)}Table", __base__=Params,
-                        __doc__=getattr(spec, "description", None) or f"pytorch-metric-learning {spec.cls}.", **fields)
-
-
-def _union(models: list[type[Params]]) -> Any:
-    return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007 - built at runtime
+    return arg.type, Field(recipe_default(arg, pml, spec), description=arg.description)
 
 
 @cache
-def distance_table() -> Any:
-    """Type of a ``distance`` table."""
-    return _union([table_model(spec, "distance") for spec in DISTANCES])
-
-
-@cache
-def simple_reducer_table() -> Any:
-    """Type of a reducer table that holds no other reducer."""
-    return _union([table_model(s, "reducer") for s in REDUCERS if s.name not in _COMPOSITE_REDUCERS])
-
-
-@cache
-def reducer_models() -> dict[str, type[Params]]:
-    """Reducer table models by canonical name (composite reducers hold simple ones)."""
-    inner = simple_reducer_table()
-    extras = {
-        "multiple": {
-            "reducers": (dict[str, inner], Field(
-                default_factory=dict, description="Reducer per sub-loss name (e.g. pos_loss, neg_loss).")),
-            "default_reducer": (inner | None, Field(
-                None, description="Reducer of sub-losses not listed in reducers (default: mean).")),
-        },
-        "per_anchor": {
-            "reducer": (inner | None, Field(
-                None, description="Reducer applied to the per-anchor means (default: mean).")),
-        },
-    }
-    return {s.name: table_model(s, "reducer", extras.get(s.name)) for s in REDUCERS}
-
-
-@cache
-def reducer_table() -> Any:
-    """Type of a ``reducer`` table."""
-    return _union(list(reducer_models().values()))
+def regularizer_models() -> dict[str, type[Params]]:
+    """Models of the PML-regulariser tables nested in losses, by canonical name (``name`` plus its arguments)."""
+    models = {}
+    for spec in REGULARIZERS:
+        names = (spec.name, *spec.aliases)
+        pml = pml_arguments(spec)
+        fields: dict[str, Any] = {
+            "name": (Literal[names], Field(description=f"Regularizer name: {' / '.join(names)}.")),
+        }
+        fields.update({arg.name: arg_field(arg, pml.get(arg.name), spec) for arg in spec.args})
+        models[spec.name] = create_model(f"{camel(spec.name)}RegularizerTable", __base__=Params,
+                                         __doc__=spec.description, **fields)
+    return models
 
 
 @cache
 def regularizer_table() -> Any:
     """Type of an ``embedding_regularizer`` / ``weight_regularizer`` table (a PML regulariser)."""
-    return _union([table_model(spec, "regularizer") for spec in REGULARIZERS])
+    return Annotated[Union[tuple(regularizer_models().values())], Field(discriminator="name")]  # noqa: UP007
 
 
-def nested_fields(spec: PmlClass) -> dict[str, tuple[Any, Any]]:
-    """The base-class keyword arguments of ``spec`` as Params fields."""
+def nested_fields(spec: PmlClass, pml: dict[str, PmlArg]) -> dict[str, tuple[Any, Any]]:
+    """The nested tables of ``spec`` (the arguments of its signature that take PML objects) as Params fields."""
     fields: dict[str, tuple[Any, Any]] = {}
-    if "distance" in spec.nested:
-        fields["distance"] = (distance_table() | None, Field(
-            None, description='Distance table, e.g. {name = "cosine_similarity"}; default: the class default.',
-            json_schema_extra={"nested": "distance"}))
-    if "reducer" in spec.nested:
-        fields["reducer"] = (reducer_table() | None, Field(
-            None, description='Reducer table, e.g. {name = "mean"}; default: the class default.',
-            json_schema_extra={"nested": "reducer"}))
+    if "distance" in pml and not spec.kept("distance"):
+        fields["distance"] = (Annotated[ComponentTable, TableOf("distances")] | None, Field(
+            None, description='Distance table, e.g. {name = "cosine_similarity"}; default: the class default.'))
+    if "reducer" in pml and not spec.kept("reducer"):
+        fields["reducer"] = (Annotated[ComponentTable, TableOf("reducers")] | None, Field(
+            None, description='Reducer table, e.g. {name = "mean"}; default: the class default.'))
     for which, target in (("embedding", "the embeddings"), ("weight", "the class weights")):
-        if f"{which}_regularizer" in spec.nested:
-            fields[f"{which}_regularizer"] = (regularizer_table() | None, Field(
-                None, description=f'PML regulariser of {target}, e.g. {{name = "lp"}}; default: none.',
-                json_schema_extra={"nested": "regularizer"}))
-            fields[f"{which}_reg_weight"] = (float, Field(
-                1.0, description=f"Weight of the {which} regulariser term."))
+        table, weight = f"{which}_regularizer", f"{which}_reg_weight"
+        if table in pml and not spec.kept(table):
+            fields[table] = (regularizer_table() | None, Field(
+                None, description=f'PML regulariser of {target}, e.g. {{name = "lp"}}; default: none.'))
+            default = pml[weight].default if weight in pml else 1.0
+            fields[weight] = (float, Field(float(default), description=f"Weight of the {which} regulariser term."))
     return fields
 
 
@@ -125,41 +132,20 @@ class PmlParams(Params):
         return (section,)
 
 
-def params_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None) -> type[Params]:
-    """The Params model of a registered PML component: its arguments plus its nested tables."""
-    fields: dict[str, Any] = {arg.name: arg_field(arg) for arg in spec.args}
-    fields.update(nested_fields(spec))
+def params_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None,
+                 base: type[Params] = PmlParams) -> type[Params]:
+    """The Params model of a registered PML component: its arguments plus its nested tables.
+
+    Args:
+        spec: The catalogue entry.
+        kind: Singular kind, for the model's name and docstring (``"loss"``).
+        extra: Further fields (replacing generated ones of the same name).
+        base: The model's base class.
+    """
+    pml = pml_arguments(spec)
+    fields: dict[str, Any] = {arg.name: arg_field(arg, pml.get(arg.stands_for or arg.name), spec)
+                              for arg in spec.args}
+    fields.update(nested_fields(spec, pml))
     fields.update(extra or {})
     doc = f"Parameters of {kind} {spec.name!r} (pytorch-metric-learning {spec.cls})."
-    return create_model(f"{camel(spec.name)}{camel(kind)}Params", __base__=PmlParams, __doc__=doc, **fields)
-
-
-def _check_component_table(kind: str) -> Any:
-    """A validator of a ``{name = ..., **params}`` table against the registry in the validation context.
-
-    The host validates recipes with ``context={"registry": registry}``, so a nested table may name a
-    component of any installed plugin. Without a context (a bare ``Model.model_validate``) only the
-    ``name`` key is checked: the registry the table will be built with is not known then.
-    """
-
-    def check(table: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if "name" not in table or not isinstance(table["name"], str):
-            raise ValueError(f'a {kind} table needs a "name" key, e.g. {{name = "contrastive"}}')
-        registry = info.context.get("registry") if isinstance(info.context, dict) else None
-        if registry is None:
-            return table
-        rest = {k: v for k, v in table.items() if k != "name"}
-        try:
-            component = registry.get(kind, table["name"])
-            component.validate(rest, where=f"{kind}[{table['name']}]", registry=registry)
-        except DmlplugError as exc:
-            raise ValueError(exc.what) from None
-        return table
-
-    return AfterValidator(check)
-
-
-#: A nested loss table ``{name = "contrastive", pos_margin = 0.1}``, validated against the registry.
-LossTable = Annotated[dict[str, Any], _check_component_table("losses")]
-#: A nested miner table, validated against the registry.
-MinerTable = Annotated[dict[str, Any], _check_component_table("miners")]
+    return create_model(f"{camel(spec.name)}{camel(kind)}Params", __base__=base, __doc__=doc, **fields)

@@ -16,8 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
-from dmlplug.errors import ComponentError
+from dmlplug import BuildContext, Params, hookimpl
+
+#: The optimizer group of the Margin loss's learnable β (declared to validate, built by the loss).
+BETA_GROUP = "beta"
 
 
 class MarginParams(Params):
@@ -33,8 +35,8 @@ class MarginParams(Params):
                              'triplets with a positive term ("triplets", the reference code).')
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """The learnable β form the group ``beta`` (no weight decay)."""
-        return ("beta",) if self.learn_beta else ()
+        """The learnable β form the group :data:`BETA_GROUP` (no weight decay)."""
+        return (BETA_GROUP,) if self.learn_beta else ()
 
 
 class DistanceWeightedParams(Params):
@@ -66,17 +68,14 @@ class RandomTripletsParams(Params):
     num_triplets: int | None = Field(None, gt=0, description="Triplets per batch (default: the batch size).")
 
 
-def build_margin(params: MarginParams, ctx: Any) -> Any:
+def build_margin(params: MarginParams, ctx: BuildContext) -> Any:
     """Margin loss with learnable beta."""
     from dmlplug_builtins.revisiting.margin import RevisitingMarginLoss
 
-    if ctx.num_classes is None:
-        raise ComponentError("loss 'margin' needs num_classes from the build context, which is not set",
-                             fix="build it inside a run, or pass num_classes=... to dmlplug.create")
-    return RevisitingMarginLoss(num_classes=ctx.num_classes, **params.model_dump())
+    return RevisitingMarginLoss(num_classes=ctx.require("num_classes"), **params.model_dump())
 
 
-def build_miner(class_name: str, params: Params, ctx: Any) -> Any:
+def build_miner(class_name: str, params: Params, ctx: BuildContext) -> Any:
     """Factory of the Revisiting-DML miners: the class ``class_name`` of :mod:`.miners` with ``params``."""
     from dmlplug_builtins.revisiting import miners
 

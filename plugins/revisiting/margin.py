@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
+from dmlplug_builtins.revisiting import BETA_GROUP
+
 
 class RevisitingMarginLoss(torch.nn.Module):
     """Margin loss (Wu et al. 2017) on mined triplets, exactly as defined in docs/methods/revisiting.md.
@@ -49,7 +51,7 @@ class RevisitingMarginLoss(torch.nn.Module):
         """β gets its own group without weight decay (the reference trains β with plain lr 5e-4)."""
         if not isinstance(self.beta, torch.nn.Parameter):
             return []
-        return [{"name": "beta", "params": [self.beta], "lr_mult": 1.0, "weight_decay": 0.0}]
+        return [{"name": BETA_GROUP, "params": [self.beta], "lr_mult": 1.0, "weight_decay": 0.0}]
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: tuple | None = None):
         """Loss of the mined triplets (all triplets without a miner)."""

@@ -7,14 +7,18 @@ See docs/methods/s2sd.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, ComponentTable, Params, TableOf, hookimpl
 from dmlplug.errors import ComponentError
 
 WHERE = "regularizers: s2sd"
+
+
+#: Optimizer groups of the target heads and of the target criteria (declared to validate, built by S2SD).
+HEADS_GROUP, CRITERIA_GROUP = "s2sd", "s2sd_criteria"
 
 
 class S2sdParams(Params):
@@ -39,7 +43,7 @@ class S2sdParams(Params):
     pool_aggr: bool = Field(
         False, description="Targets read avgpool + maxpool of the backbone feature map instead of the pooled "
                            "features (sample runs: on for CUB/CARS); needs a backbone with a feature map.")
-    criterion: dict[str, Any] | None = Field(
+    criterion: Annotated[ComponentTable, TableOf("losses")] | None = Field(
         None, description="Loss table {name = ..., ...} of the target criteria (default: the recipe's [loss], "
                           "one fresh instance per target head, sized for the target's dimension).")
     use_miner: bool = Field(
@@ -53,11 +57,11 @@ class S2sdParams(Params):
         return ("features", "feature_map") if self.pool_aggr else ("features",)
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """Target heads (``s2sd``) and the target criteria's own parameters (``s2sd_criteria``)."""
-        return (section, "s2sd", "s2sd_criteria")
+        """Target heads (:data:`HEADS_GROUP`) and the target criteria's own parameters (:data:`CRITERIA_GROUP`)."""
+        return (HEADS_GROUP, CRITERIA_GROUP)
 
 
-def build_s2sd(params: S2sdParams, ctx: Any) -> Any:
+def build_s2sd(params: S2sdParams, ctx: BuildContext) -> Any:
     """Build the S2SD regularizer: target heads on the backbone features, one criterion instance each.
 
     The target criteria are, in this order of preference: the ``criterion`` table built through the run's
@@ -68,10 +72,7 @@ def build_s2sd(params: S2sdParams, ctx: Any) -> Any:
         ComponentError: The feature size is unknown, the ``criterion`` table is invalid, or no criterion can
             be made (outside a run, with a loss that has embedding-sized parameters and no ``criterion``).
     """
-    feature_dim = getattr(ctx, "feature_dim", None)
-    if not feature_dim:
-        raise ComponentError("S2SD needs the size of the backbone features", where=WHERE,
-                             fix="build it inside a run, or give the context feature_dim=...")
+    feature_dim = ctx.require("feature_dim")
 
     def make_criterion(dim: int) -> Any:
         if params.criterion is not None:
@@ -91,10 +92,10 @@ def build_s2sd(params: S2sdParams, ctx: Any) -> Any:
         feature_distill=params.feature_distill, feature_weight=params.feature_weight,
         feature_delay=params.feature_delay, pool_aggr=params.pool_aggr, lr_mult=params.lr_mult,
         weight_decay=params.weight_decay,
-    ).to(getattr(ctx, "device", "cpu") or "cpu")
+    ).to(ctx.device)
 
 
-def _copy_of_context_loss(ctx: Any) -> Any:
+def _copy_of_context_loss(ctx: BuildContext) -> Any:
     """A deep copy of ``ctx.loss`` for a target head, when no recipe ``[loss]`` can be rebuilt.
 
     Raises:
@@ -102,7 +103,7 @@ def _copy_of_context_loss(ctx: Any) -> Any:
     """
     import copy
 
-    loss = getattr(ctx, "loss", None)
+    loss = ctx.loss
     if loss is None or any(True for _ in getattr(loss, "parameters", lambda: iter(()))()):
         raise ComponentError(
             "S2SD cannot make target criteria: no recipe [loss] spec in the context, and the context loss "

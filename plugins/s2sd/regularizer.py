@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlplug_builtins.s2sd import CRITERIA_GROUP, HEADS_GROUP
+
 
 def similarity_kl(teacher: torch.Tensor, student: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Row-wise relational distillation ``T²/B · Σ_i KL(softmax(teacher_i/T) ‖ softmax(student_i/T))``.
@@ -83,6 +85,8 @@ class S2SD(nn.Module):
         lr_mult: Learning-rate multiplier of the target heads' and criteria's optimizer groups.
         weight_decay: Weight decay of those groups (0: the reference creates them without weight decay).
     """
+
+    iteration: torch.Tensor  # a buffer registered in __init__ (nn.Module's __getattr__ types it Tensor | Module)
 
     def __init__(
         self,
@@ -166,11 +170,11 @@ class S2SD(nn.Module):
         Both without weight decay and at ``lr_mult`` × the base lr (docs/methods/s2sd.md; the reference trains the
         criteria's parameters at the base lr as well).
         """
-        groups = [{"name": "s2sd", "params": list(self.heads.parameters()), "lr_mult": self.lr_mult,
+        groups = [{"name": HEADS_GROUP, "params": list(self.heads.parameters()), "lr_mult": self.lr_mult,
                    "weight_decay": self.weight_decay}]
         criterion_params = list(self.criteria.parameters())
         if criterion_params:
-            groups.append({"name": "s2sd_criteria", "params": criterion_params, "lr_mult": self.lr_mult,
+            groups.append({"name": CRITERIA_GROUP, "params": criterion_params, "lr_mult": self.lr_mult,
                            "weight_decay": self.weight_decay})
         return groups
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
 
 _EPOCH = "Batches per epoch (default: floor(number of training samples / batch size))."
@@ -59,17 +59,14 @@ class HierarchicalParams(RandomParams):
         return self.m * self.super_classes_per_batch
 
 
-def _common(ctx: Any, who: str) -> tuple[Any, int, int]:
+def _common(ctx: BuildContext, who: str) -> tuple[Any, int, int]:
     import numpy as np
 
-    labels, batch_size = ctx.train_labels, ctx.batch_size
-    if labels is None or batch_size is None:
-        raise ComponentError(f"sampler {who!r} needs train_labels and batch_size from the build context",
-                             fix="build it inside a run, or pass train_labels=... and batch_size=...")
+    labels, batch_size = ctx.require("train_labels"), ctx.require("batch_size")
     labels = np.asarray(labels, dtype=np.int64)
     if batch_size <= 0 or len(labels) == 0:
         raise ComponentError(f"sampler {who!r} needs a positive batch size and a non-empty training set")
-    return labels, int(batch_size), int(ctx.seed or 0)
+    return labels, int(batch_size), int(ctx.seed)
 
 
 def _divisible(batch_size: int, group: int, what: str, who: str) -> None:
@@ -79,7 +76,7 @@ def _divisible(batch_size: int, group: int, what: str, who: str) -> None:
                              fix=f"choose a batch size that is a multiple of {group}, or change {what}")
 
 
-def build_random(params: RandomParams, ctx: Any) -> Any:
+def build_random(params: RandomParams, ctx: BuildContext) -> Any:
     """Uniformly shuffled full batches."""
     from dmlplug_builtins.samplers.batch_samplers import RandomBatchSampler
 
@@ -87,7 +84,7 @@ def build_random(params: RandomParams, ctx: Any) -> Any:
     return RandomBatchSampler(labels, batch_size, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
-def build_m_per_class(params: MPerClassParams, ctx: Any) -> Any:
+def build_m_per_class(params: MPerClassParams, ctx: BuildContext) -> Any:
     """Batches of batch_size / m distinct classes with m samples each."""
     import numpy as np
 
@@ -103,7 +100,7 @@ def build_m_per_class(params: MPerClassParams, ctx: Any) -> Any:
     return MPerClassSampler(labels, batch_size, params.m, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
-def build_class_random(params: ClassRandomParams, ctx: Any) -> Any:
+def build_class_random(params: ClassRandomParams, ctx: BuildContext) -> Any:
     """SPC-k: classes and samples drawn with replacement."""
     from dmlplug_builtins.samplers.batch_samplers import ClassRandomSampler
 
@@ -112,7 +109,7 @@ def build_class_random(params: ClassRandomParams, ctx: Any) -> Any:
     return ClassRandomSampler(labels, batch_size, params.k, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
-def build_class_balanced(params: RandomParams, ctx: Any) -> Any:
+def build_class_balanced(params: RandomParams, ctx: BuildContext) -> Any:
     """Samples weighted by the inverse size of their class."""
     from dmlplug_builtins.samplers.batch_samplers import ClassBalancedSampler
 
@@ -123,7 +120,7 @@ def build_class_balanced(params: RandomParams, ctx: Any) -> Any:
     return ClassBalancedSampler(labels, batch_size, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
-def build_hierarchical(params: HierarchicalParams, ctx: Any) -> Any:
+def build_hierarchical(params: HierarchicalParams, ctx: BuildContext) -> Any:
     """Batches from a few super-classes, m samples per class."""
     import numpy as np
 

@@ -143,7 +143,7 @@ class HierarchicalSampler(EpochBatchSampler):
         self.m = int(m)
         self.super_classes_per_batch = int(super_classes_per_batch)
         super_labels = np.asarray(super_labels, dtype=np.int64)
-        class_super = {}
+        class_super: dict[int, int] = {}
         for label, sup in zip(self.labels, super_labels, strict=True):
             class_super.setdefault(int(label), int(sup))
         self.supers = sorted(set(class_super.values()))
@@ -153,7 +153,7 @@ class HierarchicalSampler(EpochBatchSampler):
     def batches(self, rng: np.random.Generator) -> Iterator[np.ndarray]:  # noqa: D102
         groups = self.batch_size // self.super_classes_per_batch // self.m
         while True:
-            parts = []
+            parts: list[np.ndarray] = []
             for s in rng.choice(self.supers, size=self.super_classes_per_batch, replace=False):
                 classes = self.super_classes[int(s)]
                 picked = rng.choice(len(classes), size=groups, replace=groups > len(classes))

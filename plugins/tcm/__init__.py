@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 
 
 class TcmParams(Params):
@@ -27,12 +27,8 @@ class TcmParams(Params):
     lambda_plus: float = Field(1.0, ge=0.0, description="Weight lambda+ of the positive (hard-positive) term.")
     lambda_minus: float = Field(1.0, ge=0.0, description="Weight lambda- of the negative (hard-negative) term.")
 
-    def optimizer_group_names(self, section: str) -> tuple[str, ...]:
-        """TCM has no parameters of its own; a subclass that adds some gets the group ``section``."""
-        return (section,)
 
-
-def build_tcm(params: TcmParams, ctx: Any) -> Any:
+def build_tcm(params: TcmParams, ctx: BuildContext) -> Any:
     """Build the TCM regularizer module."""
     from dmlplug_builtins.tcm.regularizer import ThresholdConsistentMargin
 

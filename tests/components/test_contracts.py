@@ -27,7 +27,8 @@ OPTIONS = {
 
 
 @pytest.mark.parametrize(("kind", "name"), [
-    (kind, name) for kind in ("losses", "miners", "regularizers", "samplers", "evaluators", "heads", "loggers")
+    (kind, name) for kind in ("losses", "miners", "regularizers", "samplers", "evaluators", "heads", "loggers",
+                              "distances", "reducers", "optimizers", "lr_schedules", "augmentations")
     for name in HOST.registry.names(kind)
 ])
 def test_builtin_component_passes_its_contract(kind, name, seeded):
@@ -136,3 +137,69 @@ def test_example_third_party_plugin_passes_the_kit(monkeypatch):
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "dmlplug-example-loss"))
     assert check_plugin("dmlplug_example_loss") == [("losses", "example_cosine_contrastive")]
+
+
+# ------------------------------------------------------------------------------------------------- declarations
+
+
+def _wrapped_glyphs(params_class_body: dict, **register_options):
+    """A plugin whose dataset is the built-in glyphs with some Params methods replaced (wrong declarations)."""
+    glyphs = HOST.registry.get("datasets", "glyphs")
+    params = type("WrongGlyphsParams", (glyphs.params,), params_class_body)
+
+    def register_datasets(register):
+        register("probe_glyphs", glyphs.factory, params=params, **register_options)
+
+    return _plugin("probe_datasets", register_datasets=register_datasets)
+
+
+def test_check_dataset_passes_the_embedded_glyphs():
+    check_component("datasets", "glyphs", host=HOST, params={"num_classes": 26, "images_per_class": 4,
+                                                             "val_fraction": 0.2})
+
+
+def test_a_wrong_validation_split_declaration_fails_the_kit():
+    plugin = _wrapped_glyphs({"has_validation_split": lambda self: False})
+    with pytest.raises(ContractError, match=r"has_validation_split\(\) says False, but the built dataset has val"):
+        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 26, "images_per_class": 4,
+                                                                     "val_fraction": 0.2}}})
+
+
+def test_a_wrong_tag_fails_the_dataset_kit():
+    plugin = _wrapped_glyphs({}, tags=("super_labels",))
+    with pytest.raises(ContractError, match="tagged super_labels"):
+        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 26, "images_per_class": 4}}})
+
+
+def test_undeclared_optimizer_groups_fail_the_kit():
+    class TwoGroups(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, embeddings, labels, indices_tuple=None):
+            return (embeddings.sum() * 0 + self.a + self.b).squeeze()
+
+        def optimizer_param_groups(self):
+            return [{"name": "a_group", "params": [self.a]}, {"name": "b_group", "params": [self.b]}]
+
+    class DeclaresOne(Params):
+        def optimizer_group_names(self, section):
+            return ("a_group",)
+
+    def register_losses(register):
+        register("probe_groups", lambda params, ctx: TwoGroups(), params=DeclaresOne, tags=("has_parameters",))
+
+    with pytest.raises(ContractError, match=r"builds optimizer group\(s\) \['b_group'\]"):
+        check_plugin(_plugin("probe_group_losses", register_losses=register_losses))
+
+
+def test_head_outputs_must_match_the_declaration():
+    multi = HOST.registry.get("heads", "multi")
+    params = type("SilentMultiParams", (multi.params,), {"head_outputs": lambda self: ()})
+
+    def register_heads(register):
+        register("probe_multi", multi.factory, params=params)
+
+    with pytest.raises(ContractError, match=r"returns named embeddings \['discriminative'"):
+        check_plugin(_plugin("probe_heads", register_heads=register_heads))

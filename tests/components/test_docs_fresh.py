@@ -26,6 +26,7 @@ def test_components_doc_lists_every_parameter():
     generator = _generator()
     text = generator.render()
     for needle in ("### `arcface`", "| `margin` | float | 28.6 |", "### `distance_weighted`",
-                   "#### `cosine_similarity`", "### `m_per_class`", "| `loss` | loss table |",
+                   "## Distances", "### `cosine_similarity`", "## Reducers", "| `reducer` | reducer table \\| None |",
+                   "#### `sparse_centers`", "### `m_per_class`", "| `loss` | loss table |",
                    "| `distance` | distance table \\| None | none |"):
         assert needle in text, needle

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
 from pydantic import Field
 
-from dmlplug import Params
+from dmlplug import ComponentTable, Params, TableOf
 from dmlplug.cli import main
 from dmlplug.errors import RecipeError
-from dmlplug.listing import LIST_KINDS, type_name
+from dmlplug.listing import type_name
 from dmlplug.plugins import get_host
+from dmlplug.registry import KINDS
 
 
 def run_list(capsys, *args):
@@ -67,7 +68,7 @@ def test_listing_everything_covers_every_kind(capsys):
     code, out, _ = run_list(capsys)
     assert code == 0
     headers = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert headers == list(LIST_KINDS)
+    assert headers == list(KINDS)
     assert "distances" in headers and "reducers" in headers
 
 
@@ -90,8 +91,12 @@ def test_one_nested_component_in_full(capsys):
     code, out, err = run_list(capsys, "distances", "cosine")
     assert code == 0, err
     assert out.startswith("distances.cosine_similarity\n")
-    assert "aliases:     cosine" in out and "power = 1.0  (float)" in out
-    assert "table of" in out and "losses." in out
+    assert "aliases:     cosine" in out and "power = 1.0  (float)" in out and "plugin:      pml" in out
+    # a nested table's parameters are listed like any other: a composite reducer holds reducer tables
+    code, out, err = run_list(capsys, "reducer", "multiple", "--params")
+    assert code == 0, err
+    assert "reducers = {}  (dict[str, reducer table])" in out
+    assert "default_reducer = None  (reducer table | None)" in out
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -126,16 +131,26 @@ def test_params_show_types_and_bounds(capsys):
     assert "dropout = 0.0  (float, >= 0, < 1)" in out
     _, out, _ = run_list(capsys, "losses", "contrastive", "--params")
     assert "distance = None  (distance table | None)" in out
+    assert "reducer = None  (reducer table | None)" in out
+    _, out, _ = run_list(capsys, "losses", "cross_batch_memory", "--params")
+    assert "loss = {'name': 'contrastive'}  (loss table)" in out and "miner = None  (miner table | None)" in out
+    _, out, _ = run_list(capsys, "losses", "multiple_losses", "--params")
+    assert "(list[loss table], length >= 1)" in out and "(list[miner table | None] | None)" in out
 
 
 class _Example(Params):
     mode: Literal["avg", "max"] = "avg"
     sizes: list[int] = Field(default_factory=list)
     maybe: float | None = None
+    count: int = Field(1, ge=1)
+    distance: Annotated[ComponentTable, TableOf("distances")] = Field(default_factory=lambda: {"name": "cosine"})
+    reducer: Annotated[ComponentTable, TableOf("reducer")] | None = None
+    losses: list[Annotated[ComponentTable, TableOf("losses")]] = Field(default_factory=list)
 
 
 @pytest.mark.parametrize(("field", "expected"), [
-    ("mode", "'avg' | 'max'"), ("sizes", "list[int]"), ("maybe", "float | None"),
+    ("mode", "'avg' | 'max'"), ("sizes", "list[int]"), ("maybe", "float | None"), ("count", "int"),
+    ("distance", "distance table"), ("reducer", "reducer table | None"), ("losses", "list[loss table]"),
 ])
 def test_type_names(field, expected):
-    assert type_name(_Example.model_fields[field].annotation, _Example.model_fields[field]) == expected
+    assert type_name(_Example.model_fields[field].rebuild_annotation()) == expected

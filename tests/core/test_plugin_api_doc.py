@@ -195,22 +195,27 @@ def test_every_requirement_of_a_builtin_is_in_the_vocabulary():
 
 
 def test_the_nested_table_example_works(monkeypatch):
-    """The documented validator checks the nested table in the registry handed over as validation context."""
+    """The documented ComponentTable field checks the nested table in the recipe's registry and builds it."""
+    from dmlplug import BuildContext
     from dmlplug.errors import RecipeError
     from dmlplug.plugins import PluginHost
     from dmlplug.registry import ComponentInfo
 
     code = re.search(r"```python\n(.*?)```", doc_section("Nested component tables"), flags=re.S).group(1)
+    code = code.replace("    ...\n", "    return inner\n")
     module = types.ModuleType("plugin_api_example")  # pydantic resolves annotations in the class's module
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, "plugin-api.md", "exec"), module.__dict__)
     namespace = module.__dict__
     info = ComponentInfo("losses", "wrapper", namespace["build_wrapper"], namespace["WrapperParams"])
-    registry = PluginHost().load(entry_points=False).registry
+    host = PluginHost().load(entry_points=False)
     good = {"loss": {"name": "contrastive", "pos_margin": 0.1}}
-    assert info.validate(good, where="loss", registry=registry).loss == good["loss"]
-    for bad, message in (({"loss": {"name": "contrastiv"}}, "unknown loss 'contrastiv'"),
-                         ({"loss": {"name": "contrastive", "bogus": 1}}, "bogus")):
+    params = info.validate(good, where="loss", registry=host.registry)
+    assert params.loss.name == "contrastive" and params.loss.params.pos_margin == 0.1
+    assert params.model_dump()["loss"]["pos_margin"] == 0.1 and "neg_margin" in params.model_dump()["loss"]
+    built = info.build(params, BuildContext(host=host))
+    assert type(built).__name__ == "ContrastiveLoss" and built.pos_margin == 0.1
+    for bad, message in (({"loss": {"name": "contrastiv"}}, "unknown loss 'contrastiv'.*did you mean"),
+                         ({"loss": {"name": "contrastive", "bogus": 1}}, r"loss\.bogus|bogus: unknown key")):
         with pytest.raises(RecipeError, match=message):
-            info.validate(bad, where="loss", registry=registry)
-        info.validate(bad, where="loss")  # no registry: checked later, when ctx.build builds it
+            info.validate(bad, where="loss", registry=host.registry)

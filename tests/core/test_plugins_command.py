@@ -37,3 +37,33 @@ def test_plugins_text_output_names_distribution_and_version_of_builtins():
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if line.startswith("pml "))
     assert f"dmlplug {metadata.version('dmlplug')} (builtin)" in line, line
+
+
+def test_an_essential_plugin_cannot_be_disabled(monkeypatch):
+    import pytest
+
+    from dmlplug.errors import PluginError
+    from dmlplug.plugins import ESSENTIAL_PLUGINS
+
+    monkeypatch.setenv("DMLPLUG_DISABLE_PLUGINS", "tcm,heads")
+    with pytest.raises(PluginError, match="plugin 'heads' is essential") as info:
+        PluginHost().load(entry_points=False)
+    assert info.value.where == "DMLPLUG_DISABLE_PLUGINS" and "heads" in info.value.fix
+    monkeypatch.setenv("DMLPLUG_DISABLE_PLUGINS", "tcm")
+    host = PluginHost().load(entry_points=False)
+    assert "tcm" not in host.records and set(host.records) >= ESSENTIAL_PLUGINS
+
+
+def test_the_recipe_defaults_name_only_components_of_essential_plugins():
+    from dmlplug.plugins import ESSENTIAL_PLUGINS
+    from dmlplug.recipe import load_recipe
+
+    host = PluginHost().load(entry_points=False)
+    minimal = {"data": {"dataset": {"name": "glyphs"}}, "backbone": {"name": "timm", "model": "resnet10t"},
+               "loss": {"name": "contrastive"}}
+    recipe = load_recipe(minimal, registry=host.registry)
+    defaults = {path: spec for path, spec in recipe.components.items()
+                if path not in ("data.dataset", "backbone", "loss")}
+    assert defaults, "the recipe defaults name no component"
+    for path, spec in defaults.items():
+        assert spec.info.plugin in ESSENTIAL_PLUGINS, (path, spec.info.plugin)

@@ -14,6 +14,9 @@ class P(Params):
 class KParams(Params):
     k: list[int] = Field(default_factory=lambda: [1], description="k")
 
+    def metric_names(self) -> tuple[str, ...]:
+        return tuple(f"recall@{k}" for k in self.k)
+
 
 class MParams(Params):
     m: int = Field(4, description="m")
@@ -39,6 +42,8 @@ def _registry():
     reg.register_callback("evaluators", "t")("map_at_r", f)
     reg.register_callback("loggers", "t")("console", f)
     reg.register_callback("loggers", "t")("tensorboard", f)
+    reg.register_callback("optimizers", "t")("adam", f)  # the defaults of [optimizer] and [scheduler]
+    reg.register_callback("lr_schedules", "t")("none", f)
     return reg
 
 
@@ -96,7 +101,7 @@ def test_overrides_parse_toml_values_and_index_lists(tmp_path):
     r = load_recipe(write(tmp_path, text), ["run.epochs=5", "regularizers[0].weight=2.5", "run.name=abc"],
                     registry=_registry(), environ={})
     assert r.recipe.run.epochs == 5 and r.recipe.run.name == "abc"
-    assert r.components["regularizers[0]"].options["weight"] == 2.5
+    assert r.components["regularizers[0]"].options.weight == 2.5
 
 
 def test_syntax_error_reports_line_and_column(tmp_path):

@@ -10,7 +10,7 @@ import dmlplug.recipe.capabilities as capabilities
 import dmlplug.recipe.loading as loading
 from dmlplug.errors import RecipeError
 from dmlplug.needs import EngineNeeds
-from dmlplug.recipe import engine_needs, load_recipe
+from dmlplug.recipe import load_recipe
 
 
 def _registry(reg_requires=("ema", "views:2")):
@@ -45,14 +45,13 @@ def test_needs_are_computed_once_and_reused(monkeypatch):
         calls.append(where)
         return real(components, where)
 
-    # Both names: the lazy property (loading) and engine_needs' fallback (capabilities).
+    # Both names: the lazy property (loading) and the capability checks (capabilities).
     monkeypatch.setattr(loading, "collect_needs", counting)
     monkeypatch.setattr(capabilities, "collect_needs", counting)
     recipe = load_recipe(RECIPE, registry=_registry())
     assert len(calls) == 1  # during load_recipe: check_capabilities uses it
     needs = recipe.needs
     assert recipe.needs is needs
-    assert engine_needs(recipe, recipe.source) is needs  # what the engine calls today
     assert len(calls) == 1
 
 
@@ -65,16 +64,6 @@ def test_needs_are_read_only():
 def test_unknown_engine_service_still_fails_at_load():
     with pytest.raises(RecipeError, match="unknown engine service 'teleport'"):
         load_recipe(RECIPE, registry=_registry(reg_requires=("teleport",)))
-
-
-def test_engine_needs_of_an_object_without_stored_needs():
-    recipe = load_recipe(RECIPE, registry=_registry())
-
-    class Bare:
-        components = recipe.components
-
-    needs = engine_needs(Bare(), "<bare>")
-    assert needs is not recipe.needs and needs.by == recipe.needs.by
 
 
 def test_engine_needs_is_one_class_importable_from_both_places():

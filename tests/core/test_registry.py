@@ -1,7 +1,7 @@
 import pytest
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
+from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError, PluginError, RecipeError
 from dmlplug.plugins import PluginHost
 from dmlplug.registry import Registry
@@ -11,8 +11,18 @@ class MarginParams(Params):
     margin: float = Field(0.2, gt=0, description="Margin.")
 
 
+class BuiltLoss:
+    """A stand-in loss: callable, as the Loss protocol requires."""
+
+    def __init__(self, margin: float, ctx: BuildContext):
+        self.margin, self.ctx = margin, ctx
+
+    def __call__(self, embeddings, labels, indices_tuple=None):
+        return 0.0
+
+
 def factory(params, ctx):
-    return ("built", params.margin, ctx)
+    return BuiltLoss(params.margin, ctx)
 
 
 def test_register_get_and_aliases():
@@ -21,7 +31,29 @@ def test_register_get_and_aliases():
                                                   tags=("uses_tuples",))
     info = registry.get("loss", "mx")
     assert info.name == "margin_x" and info.plugin == "p1" and "uses_tuples" in info.tags
-    assert info.build(info.validate({"margin": 0.5}, "loss"), None)[1] == 0.5
+    built = info.build(info.validate({"margin": 0.5}, "loss"), BuildContext())
+    assert built.margin == 0.5 and built.ctx.building == "loss 'margin_x' (plugin 'p1')"
+
+
+def test_a_built_component_is_checked_against_its_kinds_protocol():
+    registry = Registry()
+    registry.register_callback("backbones", "sloppy_plugin")("no_features", lambda params, ctx: object())
+    info = registry.get("backbones", "no_features")
+    with pytest.raises(ComponentError) as err:
+        info.build(info.validate({}, "backbone"), BuildContext())
+    message = str(err.value)
+    assert "'num_features'" in message and "'__call__'" in message and "Backbone protocol" in message
+    assert "sloppy_plugin" in message
+
+
+def test_require_names_the_component_and_the_missing_field():
+    registry = Registry()
+    registry.register_callback("losses", "p1")("needs_classes",
+                                               lambda params, ctx: BuiltLoss(ctx.require("num_classes"), ctx))
+    info = registry.get("losses", "needs_classes")
+    with pytest.raises(ComponentError, match="loss 'needs_classes' .plugin 'p1'. needs num_classes from the build"):
+        info.build(info.validate({}, "loss"), BuildContext())
+    assert info.build(info.validate({}, "loss"), BuildContext(num_classes=3)).margin == 3
 
 
 def test_duplicate_names_name_both_plugins():

@@ -48,7 +48,9 @@ def _host() -> PluginHost:
     register("regularizers", "test")("no_momentum", lambda p, c: Term(), requires=("ema",))
     # Lies: tagged as giving named embeddings, but it is the plain linear head.
     linear = host.registry.get("heads", "linear")
-    register("heads", "test")("liar", linear.factory, params=linear.params, tags=("named_embeddings",))
+    # Declares named outputs (so validate passes) but builds the linear head, which returns one tensor.
+    liar_params = type("LiarParams", (linear.params,), {"head_outputs": lambda self: ("a", "b")})
+    register("heads", "test")("liar", linear.factory, params=liar_params)
     register("regularizers", "test")("wants_named", lambda p, c: Term(), requires=("named_embeddings",))
     # A dataset whose parameters cannot say whether it has a validation split, and which has none.
     glyphs = host.registry.get("datasets", "glyphs")

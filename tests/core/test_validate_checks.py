@@ -101,6 +101,8 @@ def _toy_registry(extra_evaluator_params: type[Params] | None = None) -> Registr
     reg.register_callback("evaluators", "t")("recall", f, params=_KParams)
     reg.register_callback("evaluators", "t")("third_party", f, params=extra_evaluator_params)
     reg.register_callback("loggers", "t")("console", f)
+    reg.register_callback("optimizers", "t")("adam", f)  # the defaults of [optimizer] and [scheduler]
+    reg.register_callback("lr_schedules", "t")("none", f)
     return reg
 
 
@@ -110,11 +112,13 @@ def _toy_recipe(*evaluators: str, metric: str, **sections: dict) -> dict:
             "loggers": [{"name": "console"}], "evaluation": {"metric": metric}, **sections}
 
 
-def test_an_evaluator_that_does_not_declare_its_metrics_skips_the_check():
-    # Third-party evaluators written before metric_names() existed keep working: the run checks instead.
-    load_recipe(_toy_recipe("recall", "third_party", metric="their_metric"), registry=_toy_registry())
-    with pytest.raises(RecipeError, match="'their_metric'"):
-        load_recipe(_toy_recipe("recall", metric="their_metric"), registry=_toy_registry())
+def test_an_evaluator_that_declares_nothing_does_not_switch_the_check_off():
+    # One undeclared evaluator used to skip the check for the whole recipe; now it declares no metric
+    # (Params' default) and the message names it, so its author knows what to declare.
+    load_recipe(_toy_recipe("recall", "third_party", metric="recall@1"), registry=_toy_registry())
+    with pytest.raises(RecipeError, match="'their_metric'") as info:
+        load_recipe(_toy_recipe("recall", "third_party", metric="their_metric"), registry=_toy_registry())
+    assert "evaluator 'third_party' (plugin 't')" in info.value.fix and "metric_names()" in info.value.fix
 
 
 # ------------------------------------------------------------------------------------------------ validation split
@@ -225,8 +229,13 @@ def test_unknown_optimizer_group_fails_with_a_suggestion():
     assert "[optimizer.groups.bakbone]" in info.value.where
 
 
-def test_optimizer_groups_are_not_judged_while_a_component_does_not_declare():
-    load_recipe(_group_recipe("whatever"), registry=_group_registry(None))
+def test_a_component_that_declares_no_groups_is_judged_by_the_engine_default():
+    # The engine gives a component without optimizer_param_groups() one group named after its section.
+    registry = _group_registry(None)
+    load_recipe(_group_recipe("loss", "backbone"), registry=registry)
+    with pytest.raises(RecipeError, match=r"optimizer.groups.whatever") as info:
+        load_recipe(_group_recipe("whatever"), registry=registry)
+    assert info.value.fix == "groups of this recipe: backbone, head, loss"
 
 
 def test_built_in_backbone_and_head_declare_their_group():

@@ -26,7 +26,8 @@ from pydantic import BaseModel
 
 import dmlplug
 from dmlplug.errors import DmlplugError
-from dmlplug.recipe.schema import ENGINE_KEYS, SECTION_KIND, Recipe
+from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
+from dmlplug.tables import ComponentTable, table_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
@@ -77,6 +78,8 @@ def _kinds(annotation: Any) -> set[str]:
     if origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set, frozenset):
         return {"list"}
     if origin is dict or annotation is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return {"table"}
+    if annotation is ComponentTable:  # a nested component table, {name = "...", ...}
         return {"table"}
     raise AssertionError(f"the schema walk does not know the annotation {annotation!r}: teach _kinds about it")
 
@@ -162,6 +165,8 @@ def _cases_for_model(model: type[BaseModel], owner: str, recipe: Path, raw: dict
             cases.append((f"{ident}:{label}", recipe, path, value))
         if "enum" in kinds or ("str" in kinds and (owner, key) not in FREE_STRINGS):
             cases.append((f"{ident}:unknown", recipe, path, UNKNOWN))
+        if table_kind(field.rebuild_annotation()) and typing.get_origin(field.annotation) not in (list, dict):
+            cases.append((f"{ident}:unknown name", recipe, path, {"name": UNKNOWN}))
         items = _item_kinds(field.annotation)
         if "enum" in items or ("str" in items and (owner, key) not in FREE_STRINGS):
             cases.append((f"{ident}:unknown item", recipe, path, [UNKNOWN]))
@@ -216,11 +221,8 @@ def _component_cases() -> list[tuple[str, Path, tuple[Any, ...], Any]]:
     for owner, (recipe, path, spec) in sorted(_shipped_components().items()):
         raw = tomllib.loads(recipe.read_text())
         cases += _cases_for_model(type(spec.params), owner, recipe, raw, path)
-        for key, default in ENGINE_KEYS.get(path[0], {}).items():
-            wrong = "zzz-not-a-valid-value" if not isinstance(default, str) else 1.5
-            cases.append((f"{owner}.{key}:type", recipe, (*path, key), wrong))
-            if not isinstance(default, str):
-                cases.append((f"{owner}.{key}:< 0", recipe, (*path, key), -1))
+        if path[0] in ENGINE_OPTIONS:  # the engine's keys of the table ([loss] weight …)
+            cases += _cases_for_model(ENGINE_OPTIONS[path[0]], f"{owner}[engine]", recipe, raw, path)
     return cases
 
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dmlplug.data.files import (
+from dmlplug.data.image_files import (
     FileImageSource,
     decode_image,
     find_missing,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dmlplug.data.files import FileImageSource, decode_image, decode_image_tensor
+from dmlplug.data.image_files import FileImageSource, decode_image, decode_image_tensor
 from dmlplug.data.transforms import build_transform
 from dmlplug.engine.data import TransformedSource
 from dmlplug.errors import DataError
@@ -64,7 +64,7 @@ def test_other_colour_modes_become_the_same_rgb(tmp_path, mode, fmt):
 
 
 def test_jpeg_and_png_are_decoded_by_torchvision_not_pillow(tmp_path, monkeypatch):
-    from dmlplug.data import files
+    from dmlplug.data import image_files
 
     for fmt in ("JPEG", "PNG"):
         _photo(size=(40, 30)).save(tmp_path / f"x.{fmt.lower()}", fmt)
@@ -73,7 +73,7 @@ def test_jpeg_and_png_are_decoded_by_torchvision_not_pillow(tmp_path, monkeypatc
     def no_pillow(path):
         raise AssertionError(f"Pillow used for {path}")
 
-    monkeypatch.setattr(files, "decode_image", no_pillow)
+    monkeypatch.setattr(image_files, "decode_image", no_pillow)
     for fmt in ("JPEG", "PNG"):
         assert np.array_equal(decode_image_tensor(str(tmp_path / f"x.{fmt.lower()}")).numpy(), expected[fmt])
 

@@ -82,7 +82,7 @@ def test_extra_views_are_independent_augmentations_of_the_same_image():
 def test_dataloader_over_files_with_a_worker_and_two_views(trees, tmp_path):
     import torch
 
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
     from dmlplug.engine.data import TransformedSource
 
     paths = [trees.write_image(tmp_path / f"{i}.jpg", seed=i, size=(40, 30)) for i in range(6)]
@@ -100,7 +100,7 @@ def test_dataloader_over_files_with_a_worker_and_two_views(trees, tmp_path):
 def test_a_decode_failure_inside_a_worker_reaches_the_main_process_as_a_data_error(trees, tmp_path):
     import torch
 
-    from dmlplug.data.files import FileImageSource
+    from dmlplug.data.image_files import FileImageSource
     from dmlplug.engine.data import TransformedSource
     from dmlplug.errors import DataError
 

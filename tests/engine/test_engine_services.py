@@ -16,7 +16,7 @@ from dmlplug.engine.data import TransformedSource, split_views
 from dmlplug.engine.model import ema_update, make_ema_copy
 from dmlplug.errors import RecipeError
 from dmlplug.plugins import PluginHost
-from dmlplug.recipe import engine_needs, load_recipe
+from dmlplug.recipe import load_recipe
 
 
 def _tiny(**changes) -> dict:
@@ -119,7 +119,7 @@ def test_multi_view_items_stack_and_split_in_order():
 def test_validate_collects_engine_needs_from_requires_and_params():
     host, _ = _host(requires=("features", "views:3"))
     recipe = load_recipe(_tiny(regularizers=[{"name": "probe", "needs": ["ema"]}]), registry=host.registry)
-    needs = engine_needs(recipe)
+    needs = recipe.needs
     assert needs.views == 3 and "ema" in needs and "features" in needs and "feature_map" not in needs
     assert needs.by["ema"] == ["regularizers[0]"]
 
@@ -154,15 +154,15 @@ def test_loss_embedding_must_name_a_head_output():
     host = PluginHost().load(entry_points=False)
     raw = _tiny()
     raw["loss"] = {"name": "multi_similarity", "embedding": "a"}
-    with pytest.raises(RecipeError, match="single embedding"):
+    with pytest.raises(RecipeError, match="is not an output of head .linear."):
         load_recipe(raw, registry=host.registry)
     raw["head"] = {"name": "multi", "heads": {"a": 8, "b": 8}}
-    assert load_recipe(raw, registry=host.registry).components["loss"].options["embedding"] == "a"
+    assert load_recipe(raw, registry=host.registry).components["loss"].options.embedding == "a"
     raw["loss"]["embedding"] = "c"
     with pytest.raises(RecipeError, match="not an output"):
         load_recipe(raw, registry=host.registry)
     raw["loss"]["embedding"] = 3
-    with pytest.raises(RecipeError, match="expected a string"):
+    with pytest.raises(RecipeError, match="loss.embedding: Input should be a valid string"):
         load_recipe(raw, registry=host.registry)
 
 

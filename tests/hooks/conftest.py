@@ -52,23 +52,6 @@ class HookedRun:
 @pytest.fixture(scope="session")
 def hooked_run(host, registering, tmp_path_factory):
     """Train the throwaway recipe once (2 epochs of 4 steps, a checkpoint after every step), recording hooks."""
-    import torch
-
-    from dmlplug.engine.launch import run_recipe
-
-    recorder = throwaway.Recorder()
-    host.add_plugin(recorder, "hooks_recorder")
     folder = tmp_path_factory.mktemp("hooked_run")
-    recipe = folder / "hooks.toml"
-    recipe.write_text(throwaway.RECIPE)
-    for plugin in registering.values():
-        plugin.built.clear()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: one thread is faster on shared cores
-    try:
-        result = run_recipe(recipe, out=folder / "run", quiet=True, host=host, device="cpu")
-    finally:
-        torch.set_num_threads(threads)
-        host.pm.unregister(recorder)
-    builds = {kind: list(plugin.built) for kind, plugin in registering.items()}  # before other tests build more
+    result, recorder, builds = throwaway.recorded_run(host, registering, folder)
     return HookedRun(host, result, folder / "run", recorder, registering, builds)

@@ -330,6 +330,10 @@ class NearestParams(Params):
 
     prefix: str = Field("hooks", description="Metric name prefix.")
 
+    def metric_names(self) -> tuple[str, ...]:
+        """The one metric :class:`NearestLabelAgreement` returns."""
+        return (f"{self.prefix}/nn_agreement",)
+
 
 class NearestLabelAgreement:
     """Share of items whose nearest other item has the same label (a leave-one-out recall@1, by brute force)."""
@@ -338,15 +342,15 @@ class NearestLabelAgreement:
         self.prefix = prefix
         self.contexts: list[Any] = []
 
-    def evaluate(self, ctx):
+    def evaluate(self, eval_context):
         """``{"<prefix>/nn_agreement": share}``."""
         import numpy as np
 
-        self.contexts.append(ctx)
-        x = np.asarray(ctx.embeddings, dtype=np.float64)
+        self.contexts.append(eval_context)
+        x = np.asarray(eval_context.embeddings, dtype=np.float64)
         distances = ((x[:, None] - x[None]) ** 2).sum(-1)
         np.fill_diagonal(distances, np.inf)
-        labels = np.asarray(ctx.labels)
+        labels = np.asarray(eval_context.labels)
         return {f"{self.prefix}/nn_agreement": float((labels[distances.argmin(1)] == labels).mean())}
 
 
@@ -506,3 +510,30 @@ name = "hooks_nn_agreement"
 name = "hooks_echo"
 tag = "from-recipe"
 """
+
+
+def recorded_run(host, plugins, folder, overrides=(), recorder_name="hooks_recorder"):
+    """Train the throwaway recipe in ``folder`` with a :class:`Recorder` registered on ``host``.
+
+    Returns:
+        ``(result, recorder, builds)``: the run's result, what the hooks recorded, and what each throwaway
+        plugin of ``plugins`` built (copied before other tests build more).
+    """
+    import torch
+
+    from dmlplug.engine.launch import run_recipe
+
+    recorder = Recorder()
+    host.add_plugin(recorder, recorder_name)
+    recipe = folder / "hooks.toml"
+    recipe.write_text(RECIPE)
+    for plugin in plugins.values():
+        plugin.built.clear()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster on shared cores
+    try:
+        result = run_recipe(recipe, list(overrides), out=folder / "run", quiet=True, host=host, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+        host.pm.unregister(recorder)
+    return result, recorder, {kind: list(plugin.built) for kind, plugin in plugins.items()}

@@ -14,7 +14,8 @@ from e2e import ROOT
 
 sys.path.insert(0, str(ROOT / "studies"))
 
-from glyphs_oodml_page import fewshot_gains, noise, render_from_numbers  # noqa: E402
+from glyphs_oodml_page import render_from_numbers  # noqa: E402
+from glyphs_oodml_stats import fewshot_gains, noise  # noqa: E402
 
 from dmlplug.evaluation.formatting import format_value  # noqa: E402
 from dmlplug_builtins.oodml.summary import summarize_sweep  # noqa: E402

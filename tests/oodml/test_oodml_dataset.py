@@ -79,7 +79,7 @@ def test_errors_name_the_split_file_and_id(ctx, split_path, tmp_path):
         ctx.build("dataset", wrapper(split_path, split_id=0))
     with pytest.raises(RecipeError, match="part"):
         ctx.build("dataset", wrapper(split_path, part="fewshot"))
-    with pytest.raises(RecipeError, match="needs a name"):
+    with pytest.raises(RecipeError, match="needs a `name`"):
         ctx.build("dataset", {**wrapper(split_path), "dataset": {"root": "x"}})
 
 

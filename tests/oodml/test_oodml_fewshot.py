@@ -180,12 +180,13 @@ def test_fewshot_command_end_to_end(tmp_path):
 
 
 def test_fewshot_evaluator_refuses_saved_embeddings():
+    from dmlplug import BuildContext
     from dmlplug.errors import ComponentError
     from dmlplug.evaluation import EvalContext
     from dmlplug.plugins import get_host
 
     info = get_host().registry.get("evaluators", "fewshot")
-    evaluator = info.build(info.validate({"shots": [2]}, where="test"), None)
+    evaluator = info.build(info.validate({"shots": [2]}, where="test"), BuildContext())
     with pytest.raises(ComponentError, match="cannot evaluate saved embeddings"):
         evaluator.evaluate(EvalContext(np.eye(4, dtype=np.float32), np.array([0, 0, 1, 1])))
 

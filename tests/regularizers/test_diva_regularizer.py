@@ -12,7 +12,7 @@ from torch import nn
 import dmlplug
 from dmlplug.engine.model import EmbeddingModel
 from dmlplug.errors import ComponentError, RecipeError, RunError
-from dmlplug.recipe import engine_needs, load_recipe
+from dmlplug.recipe import load_recipe
 from dmlplug.step import StepOutput
 from dmlplug_builtins.diva.terms import decorrelation, momentum_contrast_loss
 
@@ -207,10 +207,10 @@ def test_factory_rejects_a_head_without_the_named_heads():
 
 def test_recipe_needs_views_ema_and_named_embeddings_only_while_the_moco_term_is_on():
     recipe = tomllib.loads((ROOT / "recipes" / "glyphs_diva.toml").read_text())
-    needs = engine_needs(load_recipe(recipe))
+    needs = load_recipe(recipe).needs
     assert needs.views == 2 and "ema" in needs and "named_embeddings" in needs
     recipe["regularizers"][0]["alpha_ssl"] = 0.0
-    needs = engine_needs(load_recipe(recipe))
+    needs = load_recipe(recipe).needs
     assert needs.views == 1 and "ema" not in needs and "named_embeddings" in needs
     # A head without named embeddings is rejected before anything is built.
     recipe["head"] = {"name": "linear", "embedding_size": 32}

@@ -38,4 +38,4 @@ def test_cub_s2sd_recipe_validates_with_the_reference_settings():
     assert params.target_dims == [512, 1024, 1536, 2048]
     assert (params.temperature, params.distill_weight, params.feature_weight) == (1.0, 50.0, 50.0)
     assert params.feature_distill and params.pool_aggr and params.feature_delay == 1000
-    assert recipe.components["loss"].options["weight"] == 0.5 and params.target_weight == 0.5
+    assert recipe.components["loss"].options.weight == 0.5 and params.target_weight == 0.5

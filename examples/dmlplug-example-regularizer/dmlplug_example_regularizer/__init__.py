@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import Field
 
-from dmlplug import Params, hookimpl
-from dmlplug.errors import ComponentError
+from dmlplug import BuildContext, Params, hookimpl
 
 REGULARIZER = "example_centre_bank"
 LOGGER = "example_centre_figure"
@@ -37,19 +36,15 @@ class CentreBankParams(Params):
     lr_mult: float = Field(10.0, gt=0.0, description="Learning-rate multiplier of the temperature's optimizer group.")
 
 
-def build_centre_bank(params: CentreBankParams, ctx: Any) -> Any:
+def build_centre_bank(params: CentreBankParams, ctx: BuildContext) -> Any:
     """Build the regularizer for ``ctx.num_classes`` centres of size ``ctx.embedding_size``.
 
     Raises:
-        ComponentError: The number of classes or the embedding size is unknown.
+        dmlplug.errors.ComponentError: The number of classes or the embedding size is unknown.
     """
-    if not getattr(ctx, "num_classes", None) or not getattr(ctx, "embedding_size", None):
-        raise ComponentError(f"{REGULARIZER} needs the number of classes and the embedding size",
-                             where=f"regularizers: {REGULARIZER}",
-                             fix="use it in a recipe, or pass num_classes=... and embedding_size=...")
     from dmlplug_example_regularizer.centre_bank import CentreBank
 
-    return CentreBank(int(ctx.num_classes), int(ctx.embedding_size), momentum=params.momentum,
+    return CentreBank(ctx.require("num_classes"), ctx.require("embedding_size"), momentum=params.momentum,
                       temperature=params.temperature, pull_weight=params.pull_weight,
                       contrast_weight=params.contrast_weight, lr_mult=params.lr_mult).to(ctx.device)
 
@@ -60,7 +55,7 @@ class CentreFigureParams(Params):
     folder: str = Field("figures", min_length=1, description="Folder of the run directory the figures go to.")
 
 
-def build_centre_figure(params: CentreFigureParams, ctx: Any) -> Any:
+def build_centre_figure(params: CentreFigureParams, ctx: BuildContext) -> Any:
     """Build the logger."""
     from dmlplug_example_regularizer.figure import CentreFigureLogger
 

@@ -42,6 +42,11 @@ class CentreBank(nn.Module):
         log_temperature: Scalar parameter, ``log T``.
     """
 
+    # The buffers registered in __init__ (nn.Module's __getattr__ types attributes as Tensor | Module).
+    centres: torch.Tensor
+    counts: torch.Tensor
+    updates: torch.Tensor
+
     def __init__(self, num_classes: int, embedding_size: int, *, momentum: float = 0.9, temperature: float = 0.1,
                  pull_weight: float = 1.0, contrast_weight: float = 1.0, lr_mult: float = 10.0):
         super().__init__()

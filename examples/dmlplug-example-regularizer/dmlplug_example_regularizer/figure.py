@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ class CentreFigureLogger:
                 slug = re.sub(r"\W+", "_", path).strip("_")
                 target = Path(run.directory) / self.folder / f"centre_bank_{slug}.png"
                 title = f"{path}, epoch {epoch}"
-                atomic_write(target, lambda handle, c=component, t=title: draw(c, t, handle))
+                atomic_write(target, partial(draw, component, title))
                 self.written.append(target)
 
 

@@ -60,12 +60,12 @@ def test_unknown_timm_model_suggests():
         backbone(model="resnet5O")
 
 
-def test_the_factory_checks_timm_itself_when_the_stored_names_cannot_judge(monkeypatch):
-    from dmlplug_builtins import backbones
+def test_the_factory_checks_timm_itself_when_the_stored_names_cannot_judge():
+    # E.g. timm missing at validation time: the Params let the name through, the factory asks timm.
+    from dmlplug_builtins.backbones import TimmParams, build_timm
 
-    monkeypatch.setattr(backbones, "_installed_timm", lambda: "another version")
     with pytest.raises(ComponentError, match="did you mean"):
-        backbone(model="resnet5O")
+        build_timm(TimmParams.model_construct(model="resnet5O"), ctx=None)
 
 
 def test_the_backbone_is_a_module_level_class_with_its_state_dict_keys():

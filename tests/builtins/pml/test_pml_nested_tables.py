@@ -1,5 +1,6 @@
 """Nested tables of PML losses and miners: every distance, reducer and PML regularizer table builds and works,
-and nested loss / miner tables resolve in the registry of the host that validates and builds them."""
+nested tables resolve in the registry of the host that validates and builds them, and a third-party distance or
+reducer is accepted by every PML loss and miner."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import types
 
 import pytest
 import torch
+from pydantic import Field, ValidationError
 
-from dmlplug import hookimpl
+from dmlplug import ComponentTable, Params, hookimpl
 from dmlplug.errors import RecipeError
 from dmlplug.testing import batch_labels, build, load_host, make_context
 from dmlplug_builtins.pml import MultipleLossesParams
 from dmlplug_builtins.pml.catalog import DISTANCES, REDUCERS, REGULARIZERS
-from dmlplug_builtins.pml.introspect import table_model
 
 
 def _random_embeddings(batch: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,9 +33,7 @@ def _assert_finite_grads(tensors) -> int:
 
 @pytest.mark.parametrize("spec", DISTANCES, ids=lambda s: s.name)
 def test_every_distance_table_builds_and_is_finite(spec, seeded):
-    from dmlplug_builtins.pml.builders import build_distance
-
-    distance = build_distance(table_model(spec, "distance")(name=spec.name))
+    distance = build("distances", spec.name)
     _, embeddings = _random_embeddings()
     assert torch.isfinite(distance(embeddings)).all()
     # The same table works nested in a miner that accepts any distance.
@@ -46,6 +45,8 @@ def _reducer_table(spec) -> dict:
         return {"name": "multiple", "reducers": {"pos_loss": {"name": "sum"}}, "default_reducer": {"name": "mean"}}
     if spec.name == "per_anchor":
         return {"name": "per_anchor", "reducer": {"name": "sum"}}
+    if spec.name == "class_weighted":
+        return {"name": "class_weighted", "weights": [1.0, 2.0] * 4}  # one per class of the tiny context
     return {"name": spec.name}
 
 
@@ -121,9 +122,105 @@ def test_nested_tables_resolve_in_the_registry_that_validates_them(seeded):
     assert loss(embeddings, labels).item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_without_a_registry_only_the_shape_of_a_nested_table_is_checked():
-    # A bare model_validate (no validation context) cannot know which registry will build the table.
-    params = MultipleLossesParams.model_validate({"losses": [{"name": "not_registered_anywhere"}]})
-    assert params.losses == [{"name": "not_registered_anywhere"}]
-    with pytest.raises(ValueError, match="needs a \"name\" key"):
+def test_without_a_registry_nested_tables_resolve_in_the_process_wide_host():
+    # A bare model_validate (no validation context) validates against the plugin host of the process.
+    params = MultipleLossesParams.model_validate({"losses": [{"name": "contrastive_loss", "pos_margin": 0.1}]})
+    (table,) = params.losses
+    assert isinstance(table, ComponentTable) and table.name == "contrastive" and table.params.pos_margin == 0.1
+    with pytest.raises(ValidationError, match="not_registered_anywhere"):
+        MultipleLossesParams.model_validate({"losses": [{"name": "not_registered_anywhere"}]})
+    with pytest.raises(ValidationError, match="needs a `name`"):
         MultipleLossesParams.model_validate({"losses": [{"margin": 0.1}]})
+
+
+def test_nested_tables_dump_back_to_canonical_recipe_tables():
+    info = load_host().registry.get("losses", "contrastive")
+    params = info.validate({"distance": {"name": "cosine"}, "reducer": {"name": "per_anchor_reducer",
+                                                                       "reducer": {"name": "sum"}}}, where="loss")
+    dumped = params.model_dump()
+    assert dumped["distance"] == {"name": "cosine_similarity", "power": 1.0}
+    assert dumped["reducer"] == {"name": "per_anchor", "reducer": {"name": "sum"}}
+    assert info.validate({k: v for k, v in dumped.items() if v is not None}, where="loss") == params
+
+
+def test_composite_reducers_nest_any_reducer(seeded):
+    table = {"name": "multiple", "reducers": {"pos_loss": {"name": "per_anchor", "reducer": {"name": "sum"}}}}
+    loss = build("losses", "contrastive", reducer=table)
+    inner = loss.reducer.reducers["pos_loss"]
+    assert type(inner).__name__ == "PerAnchorReducer" and type(inner.reducer).__name__ == "SumReducer"
+    _, embeddings = _random_embeddings()
+    assert torch.isfinite(loss(embeddings, batch_labels()))
+
+
+# -------------------------------------------------------------------------------------------------- third-party
+
+
+class ManhattanParams(Params):
+    """Parameters of the probe plugin's distance."""
+
+    scale: float = Field(1.0, gt=0, description="Multiplies every distance.")
+
+
+def _manhattan(params, ctx):
+    from pytorch_metric_learning.distances import BaseDistance
+
+    class Manhattan(BaseDistance):
+        def compute_mat(self, query_emb, ref_emb):
+            return params.scale * torch.cdist(query_emb, ref_emb, p=1)
+
+        def pairwise_distance(self, query_emb, ref_emb):
+            return params.scale * (query_emb - ref_emb).abs().sum(-1)
+
+    return Manhattan(normalize_embeddings=False)
+
+
+def _top_half_mean(params, ctx):
+    from pytorch_metric_learning.reducers import BaseReducer
+
+    class TopHalfMean(BaseReducer):
+        def element_reduction(self, losses, loss_indices, embeddings, labels):
+            return torch.topk(losses, max(1, len(losses) // 2)).values.mean()
+
+        pos_pair_reduction = neg_pair_reduction = triplet_reduction = element_reduction
+
+    return TopHalfMean()
+
+
+def _third_party_host():
+    module = types.ModuleType("probe_metric")
+    module.register_distances = hookimpl(lambda register: register(
+        "manhattan", _manhattan, params=ManhattanParams, description="L1 distance.", aliases=("l1",)))
+    module.register_reducers = hookimpl(lambda register: register(
+        "top_half_mean", _top_half_mean, description="Mean of the larger half of the losses."))
+    return load_host(module)
+
+
+def test_a_third_party_distance_and_reducer_are_accepted_by_pml_losses_and_miners(seeded):
+    host = _third_party_host()
+    ctx = make_context(host)
+    loss = build("losses", "triplet_margin", ctx, distance={"name": "l1", "scale": 2.0},
+                 reducer={"name": "top_half_mean"})
+    assert type(loss.distance).__name__ == "Manhattan" and loss.distance.is_inverted is False
+    miner = build("miners", "batch_hard", ctx, distance={"name": "manhattan"})
+    _, embeddings = _random_embeddings()
+    labels = batch_labels()
+    expected = torch.cdist(embeddings, embeddings, p=1) * 2.0
+    assert torch.allclose(loss.distance(embeddings), expected, atol=1e-5)
+    value = loss(embeddings, labels, miner(embeddings, labels))
+    assert value.dim() == 0 and torch.isfinite(value)
+    # nested in a composite reducer, and in a wrapper's inner loss, from a recipe
+    nested = {"name": "multiple", "reducers": {"pos_loss": {"name": "top_half_mean"}}}
+    assert build("losses", "contrastive", ctx, reducer=nested)(embeddings, labels).dim() == 0
+    from dmlplug.recipe import load_recipe
+
+    recipe = {"data": {"dataset": {"name": "glyphs"}, "sampler": {"name": "m_per_class"}}, "backbone": {"name": "timm"},
+              "loss": {"name": "cross_batch_memory", "loss": {"name": "contrastive", "distance": {"name": "l1"}}}}
+    validated = load_recipe(recipe, registry=host.registry)
+    assert validated.components["loss"].params.loss.params.distance.name == "manhattan"
+    with pytest.raises(RecipeError, match="scale"):
+        host.registry.get("losses", "contrastive").validate({"distance": {"name": "l1", "scale": -1}}, where="loss",
+                                                            registry=host.registry)
+    # the default host does not know them
+    with pytest.raises(RecipeError, match="manhattan"):
+        load_host().registry.get("losses", "contrastive").validate({"distance": {"name": "manhattan"}}, where="loss",
+                                                                   registry=load_host().registry)

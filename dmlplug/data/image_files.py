@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from dmlplug.data.base import ImageSource
 from dmlplug.errors import DataError
 
 log = logging.getLogger("dmlplug.data")
+
+#: A raw class key of :meth:`FileImageSource.from_class_keys` (a class id, a folder name ...).
+K = TypeVar("K", bound=Hashable)
 
 DECODE_POLICIES = ("fail", "skip")
 
@@ -57,7 +60,7 @@ class FileImageSource(ImageSource):
 
     def __init__(
         self,
-        paths: Sequence[str | os.PathLike],
+        paths: Sequence[str | os.PathLike[str]],
         labels: Iterable[int],
         class_names: Sequence[str],
         *,
@@ -91,10 +94,10 @@ class FileImageSource(ImageSource):
     @classmethod
     def from_class_keys(
         cls,
-        paths: Sequence[str | os.PathLike],
-        keys: Sequence[Hashable],
-        class_order: Sequence[Hashable] | None = None,
-        class_names: dict[Hashable, str] | None = None,
+        paths: Sequence[str | os.PathLike[str]],
+        keys: Sequence[K],
+        class_order: Sequence[K] | None = None,
+        class_names: Mapping[K, str] | None = None,
         **options: Any,
     ) -> FileImageSource:
         """Build a source from one raw class key per image (a class id, a folder name ...).
@@ -108,7 +111,10 @@ class FileImageSource(ImageSource):
             **options: Passed to the constructor (``name``, ``decode_errors`` ...).
         """
         present = set(keys)
-        order = [k for k in class_order if k in present] if class_order is not None else sorted(present)
+        order = (
+            [k for k in class_order if k in present] if class_order is not None
+            else sorted(present)  # type: ignore[type-var]  # sortable without class_order (documented)
+        )
         index = {k: i for i, k in enumerate(order)}
         names = [(class_names or {}).get(k, str(k)) for k in order]
         return cls(paths, np.fromiter((index[k] for k in keys), np.int64, len(keys)), names, **options)
@@ -305,7 +311,7 @@ def raise_if_missing(paths: Sequence[str], *, where: str = "") -> None:
     )
 
 
-def list_image_files(directory: str | os.PathLike) -> list[str]:
+def list_image_files(directory: str | os.PathLike[str]) -> list[str]:
     """Image files directly inside ``directory``, sorted by name.
 
     Hidden files are left out, among them the ``._*`` resource forks macOS leaves in archives.
@@ -318,7 +324,7 @@ def list_image_files(directory: str | os.PathLike) -> list[str]:
     return sorted(files)
 
 
-def list_class_folders(directory: str | os.PathLike) -> list[str]:
+def list_class_folders(directory: str | os.PathLike[str]) -> list[str]:
     """Names of the visible sub-directories of ``directory``, sorted (one per class)."""
     with os.scandir(directory) as entries:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))

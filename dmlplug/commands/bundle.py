@@ -1,6 +1,6 @@
-"""The bundle commands of the ``dmlplug`` command line: export, calibrate, embed, index, search.
+"""The deployment commands of the ``dmlplug`` command line: export, calibrate, embed, index, search.
 
-:func:`register` adds them to the app; the core's ``register_commands`` (dmlplug/commands.py) calls it. Only
+:func:`dmlplug.commands.register_commands` adds them to the app; the work happens in ``dmlplug/bundle/``. Only
 typer is imported here: torch comes with the command that runs, so ``dmlplug --help`` stays fast.
 """
 
@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dmlplug.bundle.bundle import Embedder
 
 Checkpoint = Annotated[str, typer.Option("--checkpoint", help="Which checkpoint of the run: best or last.")]
 Device = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
@@ -23,6 +28,11 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
 def _say(message: str) -> None:
+    """Print a progress or warning line on stderr, so that stdout stays clean for --json.
+
+    Args:
+        message: The line to print.
+    """
     print(message, file=sys.stderr, flush=True)
 
 
@@ -77,8 +87,17 @@ def cmd_calibrate(
 
 
 @contextmanager
-def _progress(total: int, what: str, quiet: bool) -> Iterator[object]:
-    """A progress bar on stderr (stdout stays clean for --json); a no-op callback when quiet."""
+def _progress(total: int, what: str, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr (stdout stays clean for --json); a no-op callback when quiet.
+
+    Args:
+        total: The number of items the bar counts to.
+        what: The label shown left of the bar.
+        quiet: Show no bar.
+
+    Yields:
+        ``advance(n)``, to call after each ``n`` items done.
+    """
     if quiet or total == 0:
         yield lambda n: None
         return
@@ -91,9 +110,20 @@ def _progress(total: int, what: str, quiet: bool) -> Iterator[object]:
         yield lambda n: bar.update(task, advance=n)
 
 
-def _embed_folder(embedder: object, images_dir: Path, *, batch_size: int, strict: bool,
-                  quiet: bool) -> tuple[object, list[str]]:
-    """``(embeddings, paths)`` of every readable image under ``images_dir``; reports the others on stderr."""
+def _embed_folder(embedder: Embedder, images_dir: Path, *, batch_size: int, strict: bool,
+                  quiet: bool) -> tuple[np.ndarray, list[str]]:
+    """``(embeddings, paths)`` of every readable image under ``images_dir``; reports the others on stderr.
+
+    Args:
+        embedder: The bundle or run that embeds the images.
+        images_dir: The folder searched recursively for images.
+        batch_size: Images per forward pass.
+        strict: Fail on an unreadable image instead of skipping it.
+        quiet: Show no progress bar.
+
+    Returns:
+        The embeddings (one row per kept image) and the paths of the images kept, in sorted order.
+    """
     from dmlplug.bundle.images import describe_failures, list_images
 
     paths = list_images(images_dir)
@@ -192,11 +222,3 @@ def cmd_search(
             lines.append(f"  {rank:>3}  {match['similarity']:.4f}  {verdict:<6}  {match['path']}")
     typer.echo("\n".join(lines))
 
-
-def register(app: typer.Typer) -> None:
-    """Add export, calibrate, embed, index and search to ``app``."""
-    app.command("export")(cmd_export)
-    app.command("calibrate")(cmd_calibrate)
-    app.command("embed")(cmd_embed)
-    app.command("index")(cmd_index)
-    app.command("search")(cmd_search)

@@ -1,26 +1,18 @@
-"""The core commands of the ``dmlplug`` command line, added through the ``register_commands`` hook.
+"""The core commands of the ``dmlplug`` command line: run, validate, plugins, list, report, doctor, ``plugin new``.
 
-The host registers this module with the plugin manager before any plugin (pytest registers its own core
-the same way), so built-in, third-party and core commands are all added by one mechanism. Being part of
-the host, it may use the host's private modules; plugins may not.
+:func:`dmlplug.commands.register_commands` adds them to the app. Each command imports what it needs inside its
+body, so ``dmlplug --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import pluggy
 import typer
 
-hookimpl = pluggy.HookimplMarker("dmlplug")
-
-RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False, metavar="RECIPE")]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="Override a recipe value: section.key=value (repeatable)."),
-]
+from dmlplug.commands import RecipeArg, SetOpt
 
 
 def cmd_run(
@@ -63,7 +55,7 @@ def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-re
     from dmlplug.plugins import get_host
 
     host = get_host()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"name": r.name, "version": r.version, "distribution": r.distribution, "builtin": r.builtin,
          "hooks": r.hooks, "error": r.error}
         for r in host.records.values()
@@ -94,32 +86,23 @@ def cmd_list(
     `dmlplug list '*proxy*'` over every kind) filters names with shell-style wildcards, as timm's
     `list_models` does.
     """
-    from dmlplug.listing import (
-        LIST_KINDS,
-        detail_lines,
-        entries,
-        find,
-        is_pattern,
-        list_kind,
-        matches,
-        param_lines,
-        summary_line,
-    )
+    from dmlplug.listing import detail_lines, is_pattern, list_kind, matches, param_lines, summary_line
     from dmlplug.plugins import get_host
+    from dmlplug.registry import KINDS
 
     registry = get_host().registry
     pattern = None
     if kind is not None and name is None and is_pattern(kind):
-        kinds, pattern = list(LIST_KINDS), kind
+        kinds, pattern = list(KINDS), kind
     else:
-        kinds = [list_kind(kind)] if kind else list(LIST_KINDS)
+        kinds = [list_kind(kind)] if kind else list(KINDS)
     if name is not None and not is_pattern(name):
-        typer.echo("\n".join(detail_lines(find(registry, kinds[0], name))))
+        typer.echo("\n".join(detail_lines(registry.get(kinds[0], name))))
         return
     pattern = name if name is not None else pattern
     shown = 0
     for k in kinds:
-        infos = [i for i in entries(registry, k) if matches(pattern, (i.name, *i.aliases))]
+        infos = [i for i in registry.infos(k) if matches(pattern, (i.name, *i.aliases))]
         if pattern is not None and not infos:
             continue
         typer.echo(f"{k}:")
@@ -173,23 +156,3 @@ def cmd_plugin_new(
     names = plugin_names(name)
     typer.echo(f"created {path}: package {names['module']}, loss {names['loss']!r}\n"
                f"next: pip install -e {path} && python -m pytest -q {path / 'tests'}")
-
-
-@hookimpl(tryfirst=True)
-def register_commands(app: typer.Typer) -> None:
-    """Add the core commands: run, validate, plugins, list, report, doctor, ``plugin new`` and deployment's.
-
-    The deployment commands (export, calibrate, embed, index, search) live in :mod:`dmlplug.bundle.commands`.
-    """
-    app.command("run")(cmd_run)
-    app.command("validate")(cmd_validate)
-    app.command("plugins")(cmd_plugins)
-    app.command("list")(cmd_list)
-    app.command("report")(cmd_report)
-    app.command("doctor")(cmd_doctor)
-    plugin_app = typer.Typer(no_args_is_help=True, help="Tools for plugin authors.")
-    plugin_app.command("new")(cmd_plugin_new)
-    app.add_typer(plugin_app, name="plugin")
-    from dmlplug.bundle.commands import register as register_bundle_commands
-
-    register_bundle_commands(app)  # export, calibrate, embed, index, search (dmlplug/bundle/)

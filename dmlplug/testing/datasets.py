@@ -1,0 +1,45 @@
+"""Contract check of datasets: splits, labels and the declarations ``dmlplug validate`` relies on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlplug.plugins import PluginHost
+from dmlplug.testing.fixtures import Declared, build, expect, load_host, make_context
+
+
+def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
+    """A dataset builds its splits with dense int64 labels, and its declarations match what it built.
+
+    A dataset reads data, so ``params`` must point at some (a tiny tree the plugin's tests write, in the real
+    layout). Checked: every split's ``labels`` are int64 ``0 .. num_classes-1`` with one ``class_names`` entry
+    per class and its first image loads; ``Params.has_validation_split()`` (unless ``None``: the files decide)
+    says whether ``val`` exists; the ``super_labels`` tag means the training source carries
+    ``attributes["super_labels"]`` aligned with its labels.
+    """
+    import numpy as np
+
+    host = host or load_host()
+    info = Declared(host, "datasets", name, params)
+    bundle = build("datasets", name, make_context(host), **(params or {}))
+    splits = {"train": bundle.train, "test": bundle.test, "val": bundle.val}
+    for split, source in splits.items():
+        if source is None:
+            continue
+        labels = np.asarray(source.labels)
+        expect(labels.dtype == np.int64 and len(labels) > 0, f"dataset {name!r}: {split} labels must be a "
+                                                             f"non-empty int64 array, got {labels.dtype}")
+        expect(set(np.unique(labels).tolist()) == set(range(len(source.class_names))),
+               f"dataset {name!r}: {split} labels are not 0 .. {len(source.class_names) - 1} "
+               "(one class_names entry per class)")
+        expect(source.load_image(0) is not None, f"dataset {name!r}: the first {split} image does not load")
+    declared = info.params.has_validation_split()
+    if declared is not None:
+        expect(declared == (bundle.val is not None),
+               f"dataset {name!r}: Params.has_validation_split() says {declared}, but the built dataset "
+               f"{'has' if bundle.val is not None else 'has no'} val split")
+    if "super_labels" in info.tags:
+        supers = (getattr(bundle.train, "attributes", None) or {}).get("super_labels")
+        expect(supers is not None and len(supers) == len(bundle.train.labels),
+               f"dataset {name!r}: tagged super_labels, but the training source has no aligned "
+               "attributes['super_labels']")
