@@ -13,6 +13,7 @@ from typing import Any
 
 from dmlplug.engine.seeding import SeededIndex, sample_seed
 from dmlplug.errors import RunError
+from dmlplug.protocols import HasSetEpoch
 
 
 class BatchPlan:
@@ -40,7 +41,7 @@ class BatchPlan:
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """Select the epoch and how many of its batches were consumed already."""
-        if hasattr(self.sampler, "set_epoch"):
+        if isinstance(self.sampler, HasSetEpoch):
             self.sampler.set_epoch(epoch)
         self.epoch = int(epoch)
         self.skip = int(skip)

@@ -88,19 +88,20 @@ class TensorBoardLogger:
             rows = "".join(f"| {name} | {_count(value)} |\n" for name, value in sorted(counts.items()))
             self.writer.add_text(f"eval/{split}/counts", f"epoch {epoch}, step {step}\n\n| count | value |\n"
                                                          f"|---|---|\n{rows}", step)
-        ctx = run.eval_context
-        if ctx is not None:
+        eval_context = run.eval_context
+        if eval_context is not None:
             if self.params.histograms:
                 from dmlplug.evaluation.pairs import sample_pair_distances
 
-                pos, neg = sample_pair_distances(ctx, self.params.histogram_pairs, seed=ctx.seed + epoch)
+                pos, neg = sample_pair_distances(eval_context, self.params.histogram_pairs,
+                                                 seed=eval_context.seed + epoch)
                 for kind, values in (("positive", pos), ("negative", neg)):
                     if len(values):
                         self.writer.add_histogram(f"eval/{split}/pair_distance/{kind}", values, step)
             if self.params.figures:
                 from dmlplug.evaluation.runner import collect_figures
 
-                for name, figure in collect_figures(_evaluators(run), ctx).items():
+                for name, figure in collect_figures(_evaluators(run), eval_context).items():
                     self.writer.add_figure(f"eval/{split}/figure/{name}", figure, step, close=False)
                     figure.clear()
         for kind, path in run.latest_pictures.items():  # the retrieval pictures ([evaluation] pictures)
@@ -120,9 +121,9 @@ class TensorBoardLogger:
             return
         try:
             if status == "completed":
-                ctx = run.eval_context
-                if self.params.projector and ctx is not None:
-                    self._projector(run, ctx)
+                eval_context = run.eval_context
+                if self.params.projector and eval_context is not None:
+                    self._projector(run, eval_context)
                 if self.params.hparams:
                     self._hparams(run)
         finally:
@@ -131,7 +132,7 @@ class TensorBoardLogger:
 
             events.release(run.directory / self.params.subdir, run)
 
-    def _projector(self, run, ctx) -> None:
+    def _projector(self, run, eval_context) -> None:
         import numpy as np
         import torch
 
@@ -139,10 +140,10 @@ class TensorBoardLogger:
         split = run.recipe.evaluation.split
         source = getattr(run.dataset, split)
         rng = np.random.default_rng(run.recipe.run.seed)
-        n = len(ctx.labels)
+        n = len(eval_context.labels)
         chosen = np.sort(rng.choice(n, size=min(n, self.params.projector_samples), replace=False))
-        embeddings = ctx.numpy_embeddings()[chosen]
-        labels = ctx.labels[chosen]
+        embeddings = eval_context.numpy_embeddings()[chosen]
+        labels = eval_context.labels[chosen]
         size = self.params.thumbnail_size
         thumbs = np.stack([np.asarray(source.load_image(int(i)).convert("RGB").resize((size, size)))
                            for i in chosen])

@@ -103,8 +103,8 @@ def retrieval_metrics(embeddings: np.ndarray, labels: np.ndarray, *, backend: st
     from dmlplug.evaluation import EvalContext, run_evaluators
     from dmlplug.evaluation.retrieval import RetrievalEvaluator
 
-    ctx = EvalContext(embeddings, labels, backend=backend, seed=seed)
-    metrics = run_evaluators([RetrievalEvaluator(list(METRIC_SPECS), name="fewshot")], ctx)
+    eval_context = EvalContext(embeddings, labels, backend=backend, seed=seed)
+    metrics = run_evaluators([RetrievalEvaluator(list(METRIC_SPECS), name="fewshot")], eval_context)
     metrics.pop("excluded_queries", None)
     return metrics
 
