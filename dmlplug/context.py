@@ -45,6 +45,8 @@ class BuildContext:
         epochs: Number of training epochs.
         steps_per_epoch: Optimizer steps per epoch, once the sampler is built.
         image_size: Side length of the network input (augmentation policies).
+        resize_size: ``[data] resize_size``: the shorter-side resize before evaluation's centre crop, when the
+            recipe sets one (augmentation policies that train on the evaluation view read it).
         seed: The run seed.
         loss: The built loss module (regularizers that reuse its proxies read it).
         head: The built head module.
@@ -73,6 +75,7 @@ class BuildContext:
     epochs: int | None = None
     steps_per_epoch: int | None = None
     image_size: int | None = None
+    resize_size: int | None = None
     seed: int = 0
     loss: Any = None
     head: Any = None

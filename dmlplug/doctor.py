@@ -115,6 +115,9 @@ def _plugin_checks(host: Any) -> list[Check]:
             checks.append(Check(f"plugin {record.name}", "fail", f"{origin}: LOAD ERROR: {record.error}",
                                 f"fix or uninstall {record.distribution or record.module}; "
                                 f"or set DMLPLUG_DISABLE_PLUGINS={record.name}"))
+        elif record.note:
+            checks.append(Check(f"plugin {record.name}", "warn", f"{origin}: {record.note}",
+                                f"remove {record.name} from DMLPLUG_DISABLE_PLUGINS"))
         elif not record.builtin:
             checks.append(Check(f"plugin {record.name}", "ok", f"{origin}: {', '.join(record.hooks)}"))
     builtins = [r for r in host.records.values() if r.builtin and not r.error]

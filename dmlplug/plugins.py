@@ -70,6 +70,7 @@ class PluginRecord:
     builtin: bool = False
     hooks: list[str] = field(default_factory=list)
     error: str | None = None
+    note: str | None = None
 
 
 class PluginHost:
@@ -89,22 +90,21 @@ class PluginHost:
     def load(self, *, builtins: bool = True, entry_points: bool = True) -> PluginHost:
         """Load built-ins and entry-point plugins, then fill the registry.
 
-        Raises:
-            PluginError: ``DMLPLUG_DISABLE_PLUGINS`` names an essential plugin.
+        An essential plugin named in ``DMLPLUG_DISABLE_PLUGINS`` is loaded all the same; its record's ``note``
+        says so (``dmlplug plugins`` and ``dmlplug doctor`` show it), and every command keeps working.
         """
         disabled = _env_list("DMLPLUG_DISABLE_PLUGINS")
         if builtins:
             for module_name in DEFAULT_PLUGINS:
                 name = module_name.rsplit(".", 1)[-1]
-                if name in disabled or module_name in disabled:
-                    if name in ESSENTIAL_PLUGINS:
-                        raise PluginError(f"plugin {name!r} is essential and cannot be disabled",
-                                          where="DMLPLUG_DISABLE_PLUGINS",
-                                          fix=f"remove {name!r} from DMLPLUG_DISABLE_PLUGINS; essential plugins: "
-                                              + ", ".join(sorted(ESSENTIAL_PLUGINS)))
+                asked_off = name in disabled or module_name in disabled
+                if asked_off and name not in ESSENTIAL_PLUGINS:
                     continue
                 record = PluginRecord(name=name, module=module_name, builtin=True,
                                       distribution="dmlplug", version=_dist_version("dmlplug"))
+                if asked_off:
+                    record.note = ("essential (the recipe defaults name its components): DMLPLUG_DISABLE_PLUGINS "
+                                   "cannot disable it; remove it from that variable")
                 self._import_and_register(record, lambda m=module_name: importlib.import_module(m))
         if entry_points:
             only = _env_list("DMLPLUG_LOAD_PLUGINS")
@@ -162,8 +162,9 @@ class PluginHost:
         """Call every implementation of ``hook`` alone, so that one broken plugin cannot stop the others.
 
         pluggy calls all implementations in one go and stops at the first exception; registration,
-        command and report hooks are instead called one plugin at a time, in registration order (the
-        reverse of pluggy's, so built-ins come first and a duplicate name is blamed on the later plugin), and a
+        command and report hooks are instead called one plugin at a time, ``tryfirst`` implementations first,
+        then in registration order (the reverse of pluggy's, so built-ins come first and a duplicate name is
+        blamed on the later plugin), ``trylast`` ones last; and a
         plugin whose implementation raises gets the error recorded (``dmlplug plugins`` shows it).
         Plugins that already failed to load are skipped; hook wrappers, which only make sense around the
         others, are not called.
@@ -179,7 +180,9 @@ class PluginHost:
             ``(plugin name, result)`` of each implementation, in registration order.
         """
         results = []
-        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        # pluggy keeps tryfirst implementations last in this list (it calls from the end): put them first.
+        for impl in sorted(impls, key=lambda i: 0 if i.tryfirst else 2 if i.trylast else 1):
             record = self.records.get(impl.plugin_name)
             if (record is not None and record.error) or impl.hookwrapper or impl.wrapper:
                 continue

@@ -181,7 +181,18 @@ _DUNDERS = frozenset({"__call__", "__iter__", "__len__"})
 
 def missing_members(component: Any, protocol: type) -> list[str]:
     """The members of ``protocol`` that ``component`` lacks (empty when it conforms)."""
-    return [name for name in protocol_members(protocol) if not hasattr(component, name)]
+    return [name for name in protocol_members(protocol) if not _has_member(component, name)]
+
+
+def _has_member(component: Any, name: str) -> bool:
+    # hasattr lets anything but AttributeError escape: a property that fails still names an existing member.
+    try:
+        getattr(component, name)
+    except AttributeError:
+        return False
+    except Exception:
+        return True
+    return True
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[Params] | None = None) -> str:

@@ -67,7 +67,9 @@ class ComponentTable:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ComponentTable):
             return NotImplemented
-        return self.info is other.info and self.params == other.params
+        mine, theirs = self.info, other.info
+        same = (mine.kind, mine.name, mine.plugin) == (theirs.kind, theirs.name, theirs.plugin)
+        return same and self.params == other.params
 
     def __hash__(self) -> int:
         return hash((self.info.kind, self.info.name))
@@ -97,7 +99,9 @@ class TableOf:
         def validate(value: Any, info: core_schema.ValidationInfo) -> ComponentTable:
             context = info.context if isinstance(info.context, dict) else {}
             try:
-                return validate_table(self.kind, value, registry=context.get("registry"))
+                # Paths inside the nested table start at its field (`distance.q: unknown key`); pydantic puts
+                # the outer path before the whole message.
+                return validate_table(self.kind, value, where=info.field_name, registry=context.get("registry"))
             except DmlplugError as exc:
                 # pydantic reports a ValueError at the field's path, like any other invalid value.
                 raise ValueError(exc.what) from None
@@ -178,9 +182,13 @@ def table_kind(annotation: Any) -> str | None:
 
 
 def drop_none(value: Any) -> Any:
-    """``value`` without ``None`` entries at any depth (TOML has no null: unset values are left out)."""
+    """``value`` without ``None`` at any depth, as TOML writes it (TOML has no null).
+
+    An unset key is left out; a ``None`` in a list becomes ``{}`` (the empty table recipes use for "none", e.g.
+    a wrapper's ``miners = [{}, {name = ...}]``), so the other items keep their positions.
+    """
     if isinstance(value, dict):
         return {k: drop_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [drop_none(v) for v in value if v is not None]
+        return [{} if v is None else drop_none(v) for v in value]
     return value

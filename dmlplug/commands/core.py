@@ -57,7 +57,7 @@ def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-re
     host = get_host()
     rows: list[dict[str, Any]] = [
         {"name": r.name, "version": r.version, "distribution": r.distribution, "builtin": r.builtin,
-         "hooks": r.hooks, "error": r.error}
+         "hooks": r.hooks, "error": r.error, "note": r.note}
         for r in host.records.values()
     ]
     if as_json:
@@ -68,6 +68,8 @@ def cmd_plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-re
         typer.echo(f"{row['name']:<24} {origin:<30} {', '.join(row['hooks'])}")
         if row["error"]:
             typer.echo(f"{'':<24} LOAD ERROR: {row['error']}")
+        if row["note"]:
+            typer.echo(f"{'':<24} NOTE: {row['note']}")
 
 
 def cmd_list(

@@ -104,7 +104,7 @@ def new_context(recipe: Any, *, device: str, host: Any, run_dir: Path | None = N
     return BuildContext(device=device, seed=recipe.recipe.run.seed, host=host, run_dir=run_dir, quiet=quiet,
                         needs=recipe.needs, recipe_specs=dict(recipe.components),
                         epochs=recipe.recipe.run.epochs, batch_size=recipe.recipe.data.batch_size,
-                        image_size=recipe.recipe.data.image_size)
+                        image_size=recipe.recipe.data.image_size, resize_size=recipe.recipe.data.resize_size)
 
 
 def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
@@ -166,7 +166,7 @@ def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
     from dmlplug.data.transforms import MultiView, build_test_transform, eval_crop
 
     data = recipe.recipe.data
-    ctx = (ctx or BuildContext()).changed(image_size=data.image_size)
+    ctx = (ctx or BuildContext()).changed(image_size=data.image_size, resize_size=data.resize_size)
     spec = augmentation_spec(recipe, dataset, ctx)
     main = build_component(spec, ctx)
     train = main

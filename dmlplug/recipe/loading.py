@@ -235,8 +235,7 @@ def _validate_component(path: str, kind: str, table: dict[str, Any], registry: A
         info = registry.get(kind, name)
     except ComponentError as exc:
         raise ComponentError(exc.what, where=f"{where}: {path}.name", fix=exc.fix) from None
-    if options_model is not None:
-        _check_misspelt_engine_keys(options_model, info, table, path, where)
+    _check_misspelt_engine_keys(options_model or NoParams, info, table, path, where)
     # The recipe's registry travels as validation context, so nested component tables resolve in it too.
     return ComponentSpec(path, validate_table(kind, {"name": info.name, **table}, where=path, registry=registry),
                          options)
@@ -252,13 +251,15 @@ def _validate_options(model: type[Params], raw: dict[str, Any], path: str, where
 
 def _check_misspelt_engine_keys(model: type[Params], info: ComponentInfo, table: dict[str, Any], path: str,
                                 where: str) -> None:
-    # A key the component does not take but that looks like an engine key ([optimizer] lrr) gets the
-    # suggestion the component's own "unknown key" message could not make.
+    # A key the component does not take but that looks like an engine key ([optimizer] lrr) or like `name`
+    # ([scheduler] nmae, which would otherwise leave the default schedule) gets the suggestion the component's
+    # own "unknown key" message could not make.
+    keys = ["name", *model.model_fields]
     for key in table:
-        hint = did_you_mean(key, list(model.model_fields)) if key not in info.params.model_fields else ""
+        hint = did_you_mean(key, keys) if key not in info.params.model_fields else ""
         if hint:
             raise RecipeError(f"{path}.{key}: unknown key{hint}", where=where,
-                              fix=f"the engine's keys of {path}: " + ", ".join(model.model_fields)
+                              fix=f"the keys of {path} besides the component's: " + ", ".join(keys)
                                   + f"; see `dmlplug list {info.kind} --params` for those of {info.name!r}")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dmlplug.knn_backends import KNN_BACKEND_HELP, KNN_BACKENDS
 from dmlplug.params import Params
@@ -66,6 +66,14 @@ class DataSection(Params):
         None, description="With train_classes: the test classes (labels follow the list order).")
     val_classes: list[str] | None = Field(
         None, description="With train_classes: optional validation classes.")
+
+    @field_validator("augment", mode="before")
+    @classmethod
+    def _augment_name_or_table(cls, value: Any) -> Any:
+        if not isinstance(value, (str, dict)):
+            raise ValueError('a registered augmentation name ("dml", `dmlplug list augmentations`), "auto", or a '
+                             '{name = "...", ...} table')
+        return value
 
     @model_validator(mode="after")
     def _class_selection(self) -> DataSection:

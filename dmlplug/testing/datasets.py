@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dmlplug.plugins import PluginHost
-from dmlplug.testing.fixtures import Declared, build, expect, load_host, make_context
+from dmlplug.testing.fixtures import ContractError, Declared, build, expect, load_host, make_context
 
 
 def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
@@ -19,9 +19,17 @@ def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str
     """
     import numpy as np
 
+    from dmlplug.errors import DmlplugError
+
     host = host or load_host()
-    info = Declared(host, "datasets", name, params)
-    bundle = build("datasets", name, make_context(host), **(params or {}))
+    try:
+        info = Declared(host, "datasets", name, params)
+        bundle = build("datasets", name, make_context(host), **(params or {}))
+    except DmlplugError as exc:
+        raise ContractError(
+            f"dataset {name!r} cannot be built with {params or 'its defaults'}: {exc.what}; give it a tiny tree "
+            f"in its real layout: check_dataset({name!r}, params={{...}}), or in check_plugin: "
+            f"**{{'datasets.{name}': {{'params': {{...}}}}}}") from exc
     splits = {"train": bundle.train, "test": bundle.test, "val": bundle.val}
     for split, source in splits.items():
         if source is None:

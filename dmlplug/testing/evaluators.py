@@ -53,6 +53,8 @@ def check_evaluator(name: str, *, host: PluginHost | None = None, params: dict[s
         for _ in range(2):
             evaluator = build("evaluators", name, make_context(host), **(params or {}))
             results.append(run_evaluators([evaluator], EvalContext(x, labels, backend="torch", seed=0)))
+        returned = list(build("evaluators", name, make_context(host), **(params or {})).evaluate(
+            EvalContext(x, labels, backend="torch", seed=0)))
     finally:
         # An evaluator may register itself for run hooks when built; no run follows here.
         for plugin_name, _ in host.pm.list_name_plugin():
@@ -61,8 +63,6 @@ def check_evaluator(name: str, *, host: PluginHost | None = None, params: dict[s
     metrics = results[0]
     expect(isinstance(metrics, dict), f"evaluator {name!r}: evaluate must return a dict")
     declared = list(Declared(host, "evaluators", name, params).params.metric_names())
-    returned = list(build("evaluators", name, make_context(host), **(params or {})).evaluate(
-        EvalContext(x, labels, backend="torch", seed=0)))
     expect(returned == declared, f"evaluator {name!r}: returns {returned}, but Params.metric_names() declares "
                                  f"{declared}")
     for key, value in metrics.items():

@@ -97,9 +97,14 @@ def tagged_table(host: PluginHost, kind: str, tags: Any) -> ComponentTable:
     Raises:
         ContractError: No registered component of ``kind`` offers the tags.
     """
+    from dmlplug.errors import DmlplugError
+
     wanted = set(tags)
     for info in host.registry.infos(kind):
-        params = info.validate({}, where=f"{kind}.{info.name}", registry=host.registry)
+        try:  # a component with required parameters has no defaults to build from: not a candidate
+            params = info.validate({}, where=f"{kind}.{info.name}", registry=host.registry)
+        except DmlplugError:
+            continue
         if wanted <= set(info.tags) | set(params.extra_tags()):
             return ComponentTable(info, params)
     raise ContractError(f"no registered {kind} offers the tag(s) {sorted(wanted)} that the component requires")

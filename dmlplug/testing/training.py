@@ -70,7 +70,8 @@ def check_lr_schedule(name: str, *, host: PluginHost | None = None, params: dict
     import torch
 
     host = host or load_host()
-    metrics = [0.1, 0.2, None, 0.3, 0.3, 0.3, 0.3, 0.3][:epochs]
+    expect(epochs >= 2, "check_lr_schedule needs epochs >= 2 (it resumes halfway)")
+    metrics = ([0.1, 0.2, None] + [0.3] * epochs)[:epochs]
 
     def fresh() -> tuple[Any, Any]:
         optimizer = torch.optim.SGD(_groups(), lr=GROUP_LRS[0])

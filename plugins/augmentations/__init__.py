@@ -37,13 +37,20 @@ def build_light(params: Params, ctx: BuildContext) -> Any:
 
 
 def build_none(params: Params, ctx: BuildContext) -> Any:
-    """No augmentation: training sees the evaluation transform (a resize to S×S); extra views use ``dml``."""
+    """No augmentation: training sees the evaluation view; extra views use ``dml``.
+
+    The evaluation view is a resize to S×S, or, when the recipe sets ``[data] resize_size``, the protocol's
+    shorter-side resize to it and a centre crop.
+    """
     from torchvision.transforms import v2
 
     from dmlplug_builtins.augmentations.policies import Policy
 
     size = ctx.require("image_size")
     # An un-augmented extra view would equal the first: the views a component asks for are augmented by dml.
+    if ctx.resize_size is not None:
+        steps = [v2.Resize(ctx.resize_size, antialias=True), v2.CenterCrop(size)]
+        return Policy(steps, eval_crop=True, view_augment="dml")
     return Policy([v2.Resize((size, size), antialias=True)], eval_crop=False, view_augment="dml")
 
 
@@ -54,4 +61,5 @@ def register_augmentations(register: Any) -> None:
              description="Random-resized crop + horizontal flip; evaluation: shorter-side resize + centre crop.")
     register("light", build_light,
              description="Mild random-resized crop (scale 0.7-1, no flip); evaluation: resize to S×S.")
-    register("none", build_none, description="No augmentation: resize to S×S for training and evaluation.")
+    register("none", build_none, description="No augmentation: training sees the evaluation view (resize to S×S, or "
+                                             "shorter-side resize_size + centre crop).")

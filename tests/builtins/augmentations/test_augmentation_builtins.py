@@ -57,9 +57,7 @@ def _recipe(augment, resize_size=None):
     return load_recipe({"data": data, "backbone": {"name": "timm"}, "loss": {"name": "triplet"}})
 
 
-# `none` with resize_size changed on purpose: see test_none_trains_and_evaluates_on_the_same_square_resize.
-@pytest.mark.parametrize(("policy", "resize_size"), [(p, r) for p in POLICIES for r in (None, 40)
-                                                     if (p, r) != ("none", 40)])
+@pytest.mark.parametrize(("policy", "resize_size"), [(p, r) for p in POLICIES for r in (None, 40)])
 def test_the_engines_transforms_are_those_of_before(policy, resize_size):
     from dmlplug.engine.build import build_transforms
 
@@ -95,14 +93,15 @@ def test_auto_is_the_datasets_default_augmentation():
     assert "auto" in info.value.where
 
 
-def test_none_trains_and_evaluates_on_the_same_square_resize():
-    # Before, `none` with [data] resize_size resized and centre-cropped (but not for its main view when a
-    # component asked for extra views); now `none` is one transform, the evaluation's square resize.
+@pytest.mark.parametrize("resize_size", [None, 40])
+def test_none_trains_on_the_evaluation_view(resize_size):
+    # With [data] resize_size, the evaluation view is the protocol's shorter-side resize + centre crop, and
+    # `none` trains on it (as before); without, both are the square resize.
     from dmlplug.engine.build import build_transforms
 
-    train, test = build_transforms(_recipe("none", 40), SimpleNamespace(default_augment="dml"))
+    train, test = build_transforms(_recipe("none", resize_size), SimpleNamespace(default_augment="dml"))
     _same(train, test, _photo())
-    _same(test, old_build_transform("test", augment="none", image_size=32), _photo())
+    _same(test, old_build_transform("test", augment="none", image_size=32, resize_size=resize_size), _photo())
 
 
 def test_policies_need_the_image_size():
