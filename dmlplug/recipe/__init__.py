@@ -7,7 +7,7 @@ section, every component name against the registry, every component's parameters
 One concern per module:
 
 * :mod:`~dmlplug.recipe.schema`: the section models (:class:`Recipe`, :class:`RunSection` …) and
-  :data:`ENGINE_KEYS`.
+  :data:`ENGINE_OPTIONS`.
 * :mod:`~dmlplug.recipe.loading`: :func:`load_recipe`, :class:`ValidatedRecipe`, :class:`ComponentSpec`.
 * :mod:`~dmlplug.recipe.overrides`: ``--set`` overrides and ``${VAR}`` interpolation.
 * :mod:`~dmlplug.recipe.capabilities`: tags, requirements and engine services
@@ -25,7 +25,7 @@ from dmlplug.recipe.capabilities import (
 from dmlplug.recipe.loading import ComponentSpec, ValidatedRecipe, load_recipe
 from dmlplug.recipe.overrides import apply_overrides, interpolate, override_pairs
 from dmlplug.recipe.schema import (
-    ENGINE_KEYS,
+    ENGINE_OPTIONS,
     SECTION_KIND,
     DataSection,
     EvaluationSection,
@@ -37,7 +37,7 @@ from dmlplug.recipe.schema import (
 )
 
 __all__ = [
-    "ENGINE_KEYS",
+    "ENGINE_OPTIONS",
     "ENGINE_SERVICES",
     "SECTION_KIND",
     "ComponentSpec",

@@ -18,15 +18,15 @@ from pydantic import ValidationError
 from dmlplug.errors import ComponentError, RecipeError, did_you_mean
 from dmlplug.needs import EngineNeeds
 from dmlplug.params import NoParams, Params
-
-if TYPE_CHECKING:
-    from dmlplug.context import BuildContext
 from dmlplug.recipe.capabilities import check_capabilities, collect_needs
 from dmlplug.recipe.checks import check_recipe
 from dmlplug.recipe.overrides import apply_overrides, interpolate, set_path
 from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
 from dmlplug.registry import ComponentInfo, format_validation_error, singular
 from dmlplug.tables import ComponentTable, drop_none, validate_table
+
+if TYPE_CHECKING:
+    from dmlplug.context import BuildContext
 
 
 class ComponentSpec:

@@ -215,12 +215,6 @@ ENGINE_OPTIONS: dict[str, type[Params]] = {
     "optimizer": OptimizerOptions,
 }
 
-#: The engine keys of component tables with their defaults, as :data:`ENGINE_OPTIONS` declares them.
-ENGINE_KEYS: dict[str, dict[str, Any]] = {
-    section: {key: field.get_default(call_default_factory=True) for key, field in model.model_fields.items()}
-    for section, model in ENGINE_OPTIONS.items() if section != "optimizer"
-}
-
 #: Recipe section of a component table -> its registry kind (``"data.dataset"`` -> ``"datasets"``).
 SECTION_KIND = {
     "backbone": "backbones",
