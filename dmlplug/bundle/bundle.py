@@ -6,6 +6,11 @@ Example::
     vectors = bundle.embed(["a.png", "b.png"])          # N×D float32, unit length
     index = bundle.build_index(["gallery/1.png", ...])  # or dmlplug.bundle.index.load_index(folder)
     results = bundle.search(["query.png"], index, k=5)
+
+Loading verifies what it loads (docs/bundle.md, "Errors"): ``bundle.json`` must have the layout this dmlplug
+writes, the model file the size and sha256 it records (hashed once per process,
+:mod:`dmlplug.bundle.integrity`), and the model the input and embedding sizes it records; an index must have
+been built by this model (or this checkpoint) and hold vectors of the bundle's embedding size.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 
 from dmlplug.bundle.errors import BundleError, require_onnx
 from dmlplug.bundle.images import LoadedBatch, Unreadable, load_batches, load_image
+from dmlplug.bundle.integrity import check_file
 
 #: The file that makes a folder a bundle.
 MANIFEST = "bundle.json"
@@ -26,6 +32,10 @@ MANIFEST = "bundle.json"
 FORMAT, FORMAT_VERSION = "dmlplug-bundle", 1
 #: Model file name per format.
 MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt"}
+#: How to get a good bundle again.
+EXPORT_AGAIN = "export it again: dmlplug export RUN_DIR --out BUNDLE_DIR"
+#: Seed of the probe input whose embedding identifies a model's weights whatever the file format.
+PROBE_SEED = 0
 
 
 class Embedder:
@@ -105,22 +115,58 @@ class Bundle(Embedder):
         path: The bundle folder.
         manifest: ``bundle.json`` as a dict.
         threshold: The similarity threshold ``search`` accepts matches at (``None`` when not calibrated).
+        model_sha256: The sha256 of the model file loaded (checked against ``bundle.json``).
+
+    Raises:
+        BundleError: The model file is missing, of another size or sha256 than ``bundle.json`` records, cannot
+            be loaded, or takes or makes other sizes than recorded; or the ONNX packages are missing.
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], device: str = "cpu"):
         from dmlplug.bundle.preprocess import build_preprocess
-        from dmlplug.bundle.runtime import OnnxRunner, load_torchscript
+        from dmlplug.bundle.runtime import load_model
 
         self.path = path
         self.manifest = manifest
-        model = path / manifest["model"]["file"]
-        if manifest["model"]["format"] == "onnx":
-            require_onnx()
-            runner: Callable[[Any], np.ndarray] = OnnxRunner(model, device)
-        else:
-            runner = load_torchscript(model, device)
-        super().__init__(build_preprocess(manifest["preprocessing"]), runner, str(path))
+        record = manifest["model"]
+        if record["format"] == "onnx":
+            require_onnx()  # before hashing: say what to install at once
+        model = path / record["file"]
+        self.model_sha256 = check_file(model, size=record.get("size"), sha256=record["sha256"],
+                                       what="the bundle's model file", record=MANIFEST, fix=EXPORT_AGAIN)
+        runner = load_model(model, record["format"], device, input_size=manifest["input_size"],
+                            embedding_size=self.embedding_size)
+        super().__init__(build_preprocess(manifest["preprocessing"]), self._checked(runner), str(path))
         self.threshold = default_threshold(manifest)
+
+    def _checked(self, runner: Callable[[Any], np.ndarray]) -> Callable[[Any], np.ndarray]:
+        """``runner``, failing clearly when the model makes embeddings of another size than bundle.json says."""
+        def run(batch: Any) -> np.ndarray:
+            out = runner(batch)
+            if out.ndim != 2 or out.shape[1] != self.embedding_size:
+                raise BundleError(f"the bundle's model makes embeddings of shape {tuple(out.shape[1:])}, but "
+                                  f"{MANIFEST} records {self.embedding_size}-d ones", where=str(self.path),
+                                  fix=EXPORT_AGAIN)
+            return out
+
+        return run
+
+    def probe(self) -> np.ndarray:
+        """The embedding of a fixed, seeded noise input (``D`` floats): a fingerprint of the model's weights.
+
+        Two bundles of the same weights give it within rounding (about 1e-6) whatever their format; another
+        model gives another vector. An index records it, so a bundle can tell whether its model built the index.
+        """
+        import torch
+
+        shape = (1, *self.manifest["input_size"])
+        noise = np.random.default_rng(PROBE_SEED).standard_normal(shape).astype(np.float32)
+        return np.asarray(self.runner(torch.from_numpy(noise))[0], dtype=np.float64)
+
+    def built_by(self) -> dict[str, Any]:
+        """What an index built by this bundle records: its model's sha256 and probe, the checkpoint's sha256."""
+        return {"model_sha256": self.model_sha256, "checkpoint_sha256": self.manifest["source"]["checkpoint_sha256"],
+                "probe": [float(v) for v in self.probe()]}
 
     @property
     def embedding_size(self) -> int:
@@ -132,7 +178,7 @@ class Bundle(Embedder):
         from dmlplug.bundle.index import ExactIndex
 
         names = list(paths) if paths is not None else [str(i) for i in images]
-        return ExactIndex.build(self.embed(images), names)
+        return ExactIndex.build(self.embed(images), names, self.built_by())
 
     def search(self, queries: Sequence[Any], index: Any, *, k: int = 10, threshold: float | None = None,
                names: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -148,11 +194,17 @@ class Bundle(Embedder):
         Returns:
             ``[{"query": name, "matches": [{"path", "similarity", "accepted"}, ...]}, ...]``, most similar
             first; ``accepted`` is ``None`` when there is no threshold.
+
+        Raises:
+            BundleError: The index is damaged, was built by another model (and checkpoint), or holds vectors of
+                another size; a query cannot be read.
         """
         from dmlplug.bundle.index import load_index
+        from dmlplug.bundle.index_files import check_built_by
 
         if isinstance(index, str | Path):
             index = load_index(index)
+        check_built_by(index, self)
         if index.dim != self.embedding_size:
             raise BundleError(f"the index holds {index.dim}-d embeddings, the bundle makes {self.embedding_size}-d",
                               fix="build the index with this bundle: dmlplug index BUNDLE IMAGES --out INDEX")
@@ -160,8 +212,10 @@ class Bundle(Embedder):
         similarities, rows = index.search(self.embed(queries), k)
         results = []
         for i, query in enumerate(queries):
+            # float(s) >= limit compares in float64: numpy would compare a float32 score with a Python float in
+            # float32, rounding the threshold to the nearest float32, possibly below it.
             matches = [{"path": index.paths[r], "similarity": float(s),
-                        "accepted": None if limit is None else bool(s >= limit)}
+                        "accepted": None if limit is None else float(s) >= limit}
                        for s, r in zip(similarities[i], rows[i], strict=True) if r >= 0]
             results.append({"query": str(names[i] if names is not None else query), "matches": matches})
         return results
@@ -176,29 +230,52 @@ def default_threshold(manifest: dict[str, Any]) -> float | None:
 
 
 def read_manifest(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """``(folder, bundle.json as a dict)`` after checking that the bundle is complete and of a known format.
+    """``(folder, bundle.json as a dict)`` after checking that it is a bundle.json of a known layout.
 
     Raises:
-        BundleError: Not a bundle, another layout version, or the model file is missing.
+        BundleError: Not a bundle, another layout version, or a bundle.json without the keys this version
+            writes.
     """
     folder = Path(path)
     file = folder / MANIFEST
-    fix = "export it again: dmlplug export RUN_DIR --out BUNDLE_DIR"
     if not file.is_file():
-        raise BundleError(f"{folder} is not a bundle: it has no {MANIFEST}", where=str(folder), fix=fix)
+        raise BundleError(f"{folder} is not a bundle: it has no {MANIFEST}", where=str(folder), fix=EXPORT_AGAIN)
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise BundleError(f"{file} is not readable JSON: {exc}", where=str(file), fix=fix) from None
+        raise BundleError(f"{file} is not readable JSON: {exc}", where=str(file), fix=EXPORT_AGAIN) from None
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{file} is not a JSON object", where=str(file), fix=EXPORT_AGAIN)
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise BundleError(
             f"{file} is bundle format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
             f"(written by dmlplug {manifest.get('dmlplug_version', '?')}); this dmlplug reads {FORMAT!r} version "
-            f"{FORMAT_VERSION}", where=str(file), fix=f"use the dmlplug version that wrote it, or {fix}")
-    model = folder / manifest["model"]["file"]
-    if not model.is_file():
-        raise BundleError(f"the bundle's model file {model.name} is missing", where=str(folder), fix=fix)
+            f"{FORMAT_VERSION}", where=str(file), fix=f"use the dmlplug version that wrote it, or {EXPORT_AGAIN}")
+    problem = _layout_problem(manifest)
+    if problem:
+        raise BundleError(f"{file} is damaged: {problem}", where=str(file), fix=EXPORT_AGAIN)
     return folder, manifest
+
+
+def _layout_problem(manifest: dict[str, Any]) -> str | None:
+    """What keeps ``manifest`` from being a bundle.json this dmlplug wrote, or ``None``."""
+    model = manifest.get("model")
+    if not isinstance(model, dict) or MODEL_FILES.get(str(model.get("format"))) != model.get("file"):
+        return "its `model` does not name a model file of a known format (onnx: model.onnx, torchscript: model.pt)"
+    if not isinstance(model.get("sha256"), str) or not isinstance(model.get("size", 0), int):
+        return "its `model` has no sha256 (or a size that is not a number of bytes)"
+    size = manifest.get("embedding_size")
+    if not isinstance(size, int) or size < 1:
+        return f"`embedding_size` is {size!r}, not a positive integer"
+    shape = manifest.get("input_size")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)):
+        return f"`input_size` is {shape!r}, not [3, H, W]"
+    if not isinstance(manifest.get("preprocessing"), dict) or not isinstance(manifest["preprocessing"].get("steps"),
+                                                                             list):
+        return "it has no `preprocessing` steps"
+    if not isinstance(manifest.get("source"), dict) or "checkpoint_sha256" not in manifest["source"]:
+        return "its `source` does not record the checkpoint's sha256"
+    return None
 
 
 def load_bundle(path: str | Path, *, device: str = "cpu") -> Bundle:
@@ -217,7 +294,31 @@ def load_run_embedder(path: str | Path, *, checkpoint: str = "best", device: str
 
 
 def open_embedder(path: str | Path, *, device: str = "cpu", checkpoint: str = "best") -> Embedder:
-    """A bundle when ``path`` holds ``bundle.json``, else a run directory or checkpoint file."""
-    if (Path(path) / MANIFEST).is_file():
-        return load_bundle(path, device=device)
+    """A bundle when ``path`` holds ``bundle.json``, else a run directory or checkpoint file.
+
+    Raises:
+        BundleError: ``path`` is a folder that is neither: a bundle folder that lost its ``bundle.json`` (it
+            holds a model file) or a folder with neither ``bundle.json`` nor a run's files.
+    """
+    folder = Path(path)
+    if (folder / MANIFEST).is_file():
+        return load_bundle(folder, device=device)
+    if folder.is_dir():
+        _refuse_non_run_folder(folder)
     return load_run_embedder(path, checkpoint=checkpoint, device=device)
+
+
+def _refuse_non_run_folder(folder: Path) -> None:
+    """A folder without ``bundle.json`` is read as a run directory only when it has a run's files."""
+    from dmlplug.engine import rundir
+
+    if any((folder / name).exists() for name in (rundir.CHECKPOINTS, rundir.RESULTS, rundir.RESOLVED_RECIPE)):
+        return
+    models = [name for name in MODEL_FILES.values() if (folder / name).is_file()]
+    if models:
+        raise BundleError(f"{folder} is a bundle folder without its {MANIFEST} (it holds {models[0]}): the model "
+                          "cannot be used without the preprocessing and sizes bundle.json records",
+                          where=str(folder), fix=f"restore {MANIFEST} from the exported bundle, or {EXPORT_AGAIN}")
+    raise BundleError(f"{folder} is neither a bundle (no {MANIFEST}) nor a run directory (no "
+                      f"{rundir.CHECKPOINTS}/, {rundir.RESULTS} or {rundir.RESOLVED_RECIPE})", where=str(folder),
+                      fix="give a bundle folder written by `dmlplug export`, or a run directory of `dmlplug run`")

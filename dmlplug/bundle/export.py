@@ -1,9 +1,11 @@
 """``dmlplug export``: a trained run as a deployable bundle folder (model file + bundle.json), verified.
 
 The bundle holds the embedding network (backbone, head, L2 normalisation) as ``model.onnx`` or ``model.pt``
-and ``bundle.json``: where it came from (run, checkpoint, sha256), the test-time preprocessing, the
-embedding size, the similarity and the calibrated thresholds. Before the folder appears, the exported model
-is run on test images and compared with PyTorch; the folder is written atomically (docs/bundle.md).
+and ``bundle.json``: where it came from (run, checkpoint, sha256), the model file's size and sha256 (checked
+whenever the bundle is loaded), the test-time preprocessing, the embedding size, the similarity and the
+thresholds, calibrated on the exported model's own embeddings. Before the folder appears, the exported model
+is run on test images and compared with PyTorch; the folder is written atomically (docs/bundle.md). A
+checkpoint written before any training step (a best epoch 0) is refused unless asked for.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from dmlplug.files import sha256_file, write_json
 
 def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
                images: int = DEFAULT_IMAGES, tolerance: float = DEFAULT_TOLERANCE, device: str = "cpu",
-               calibrate: bool = True, log: Any = None) -> dict[str, Any]:
-    """Export a run; see :func:`dmlplug.export`. Returns the written ``bundle.json`` as a dict."""
+               calibrate: bool = True, allow_untrained: bool = False, log: Any = None) -> dict[str, Any]:
+    """Export a run; see :func:`dmlplug.export`. Returns the written ``bundle.json`` as a dict.
+
+    ``allow_untrained`` exports a checkpoint written before any training step (refused otherwise, see
+    :func:`refuse_untrained`); ``log`` prints progress (stderr by default).
+    """
     if format not in MODEL_FILES:
         raise BundleError(f"unknown export format {format!r}", fix=f"use one of {', '.join(MODEL_FILES)}")
     if format == "onnx":
@@ -37,9 +43,13 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
     from dmlplug import __version__
     from dmlplug.bundle.preprocess import describe_transform
     from dmlplug.bundle.runtime import EmbeddingNet, TorchRunner
-    from dmlplug.engine.trained_run import load_run
+    from dmlplug.engine.trained_run import find_checkpoint, load_run
 
     say = log or (lambda message: print(message, file=sys.stderr))
+    file = find_checkpoint(run_dir, checkpoint)[0]
+    position = checkpoint_position(file)
+    if not allow_untrained:
+        refuse_untrained(file, position)  # before minutes of loading and calibrating
     loaded = load_run(run_dir, checkpoint=checkpoint, device=device)
     preprocessing = describe_transform(loaded.test_transform)
     net = EmbeddingNet(loaded.model).eval()
@@ -50,7 +60,6 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
     example = batch[:2] if len(batch) >= 2 else torch.zeros(2, *preprocessing["input_size"])
     reference = TorchRunner(net, device)
     embedding_size = int(reference(example[:1]).shape[1])
-    thresholds, calibration = _calibrate(loaded, checkpoint, device, say) if calibrate else ({}, None)
     with atomic_folder(out, "bundle") as folder, _full_precision():
         model_file = folder / MODEL_FILES[format]
         example = example.to(device)
@@ -58,15 +67,17 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
         say(f"verifying the {format} model on {len(batch)} test images")
         verification = (verify_export(reference, exported, batch, test.labels[picked], tolerance, label=format)
                         if len(batch) else {"images": 0, "tolerance": tolerance})
+        # After the verification: the thresholds are calibrated on the vectors the bundle itself will produce.
+        thresholds, calibration = _calibrate(loaded, exported, device, say) if calibrate else ({}, None)
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "dmlplug_version": __version__,
             "source": {"run_dir": str(loaded.run_dir.resolve()) if loaded.run_dir else None,
                        "checkpoint": str(loaded.checkpoint.resolve()),
                        "checkpoint_sha256": sha256_file(loaded.checkpoint),
-                       "recipe_name": loaded.recipe.run.name},
-            "model": {"format": format, "file": model_file.name, "sha256": sha256_file(model_file),
-                      "input": "images", "output": "embedding", "dtype": "float32",
-                      "input_shape": ["batch", *preprocessing["input_size"]]},
+                       "recipe_name": loaded.recipe.run.name, **position},
+            "model": {"format": format, "file": model_file.name, "size": model_file.stat().st_size,
+                      "sha256": sha256_file(model_file), "input": "images", "output": "embedding",
+                      "dtype": "float32", "input_shape": ["batch", *preprocessing["input_size"]]},
             "input_size": preprocessing["input_size"],
             "preprocessing": preprocessing,
             "embedding_size": embedding_size,
@@ -108,19 +119,59 @@ def _write_model(net: Any, example: Any, path: Path, format: str, device: str) -
     return load_torchscript(path, device)
 
 
-def _calibrate(loaded: Any, checkpoint: str, device: str, say: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def checkpoint_position(file: Path) -> dict[str, int]:
+    """``{"epoch", "step"}`` a checkpoint was written at (empty when it does not say, or cannot be read here).
+
+    The file is memory-mapped, so the tensors are not read: this costs little before :func:`dmlplug.load_run`
+    reads it in full (which reports an unreadable file).
+    """
+    import torch
+
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # not a zip checkpoint, damaged: load_run says so with its own message
+        return {}
+    if not isinstance(state, dict):
+        return {}
+    return {key: int(state[key]) for key in ("epoch", "step") if isinstance(state.get(key), int)}
+
+
+def refuse_untrained(file: Path, position: dict[str, int]) -> None:
+    """Refuse a checkpoint written before any training step: its model is the randomly initialised one.
+
+    A run's ``best.pt`` is such a checkpoint when the initial evaluation (epoch 0) was its best, i.e. training
+    never beat the untrained model on the selection metric; ``last.pt`` when the run trained zero epochs.
+
+    Raises:
+        BundleError: The checkpoint records step 0.
+    """
+    if position.get("step") != 0:
+        return
+    which = ("the run's best evaluation was the initial one: training never beat the untrained model on the "
+             "selection metric" if file.name == "best.pt" else "the run made no training step")
+    raise BundleError(
+        f"{file} holds the untrained model (written at epoch {position.get('epoch', 0)}, before any training step; "
+        f"{which}), so the bundle would embed with the initial weights; nothing was written", where=str(file),
+        fix="train longer or check the run's metrics (results.json), export the last checkpoint with "
+            "--checkpoint last if it is trained, or pass --allow-untrained to export the untrained model anyway "
+            "(e.g. as a baseline)")
+
+
+def _calibrate(loaded: Any, runner: Any, device: str, say: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``(thresholds, calibration)`` for bundle.json: named thresholds with a default, and the full record.
 
-    The default threshold is the one of the first (strictest, by default 1e-3) target false-accept rate: a
-    deployed search should rather miss a match than accept a wrong one.
+    The split is embedded by ``runner``, the exported model, so the thresholds (placed for float32 scores,
+    docs/calibration.md) hold for the vectors the bundle produces. The default threshold is the one of the
+    first (strictest, by default 1e-3) target false-accept rate: a deployed search should rather miss a match
+    than accept a wrong one.
     """
     if loaded.run_dir is None:
         say("no threshold calibration: the checkpoint is outside a run directory")
         return {}, None
-    from dmlplug.bundle.calibrate import calibrate_run
+    from dmlplug.bundle.calibrate import calibrate_loaded
 
-    say("calibrating the thresholds")
-    calibration = calibrate_run(loaded.run_dir, checkpoint=checkpoint, device=device)
+    say("calibrating the thresholds on the exported model's embeddings")
+    calibration = calibrate_loaded(loaded, device=device, runner=runner)
     say(calibration.format_table())
     record = calibration.to_dict()
     return thresholds_of(record), record

@@ -1,16 +1,14 @@
 """Galleries to search: exact inner-product indexes, and approximate ones with their measured recall.
 
 The exact index is a faiss ``IndexFlatIP`` (a torch file of the embeddings when faiss is missing); the
-approximate ones are faiss IVF or HNSW indexes, whose recall@k against exact search is measured when built.
-
-An index folder holds ``index.json`` (kind, size, dimension, parameters, measured recall), ``paths.json``
-(one path per row) and ``index.faiss`` or ``embeddings.pt``. Embeddings are unit length, so the inner
-product is the cosine similarity.
+approximate ones are faiss IVF or HNSW indexes, whose recall@k against exact search is measured when built, on
+queries the index does not hold (a sample of the gallery held out while measuring, see
+:meth:`ApproximateIndex.build`). Embeddings are unit length, so the inner product is the cosine similarity.
+Writing and reading index folders, and checking them, is :mod:`dmlplug.bundle.index_files`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,15 +17,16 @@ from typing import Any
 import numpy as np
 
 from dmlplug.bundle.errors import BundleError
-from dmlplug.files import write_json
 
-INDEX_FILE, PATHS_FILE = "index.json", "paths.json"
 APPROXIMATE = ("ivf", "hnsw")
-#: Gallery vectors searched to measure an approximate index's recall against exact search.
+#: Most gallery vectors held out of an approximate index to measure its recall (at most a tenth of the gallery).
 RECALL_QUERIES = 1000
+#: A gallery needs this many vectors before a tenth of it (at least one query) can be held out.
+MIN_HOLDOUT_GALLERY = 10
 
 
-def _faiss() -> Any:
+def faiss_module() -> Any:
+    """The ``faiss`` module, or ``None`` when it is not installed."""
     try:
         import faiss
     except ImportError:
@@ -41,25 +40,28 @@ class ExactIndex:
     Args:
         embeddings: ``N×D`` float32.
         paths: The path of each row.
+        info: Provenance and parameters (``index.json`` keys such as ``model_sha256``).
     """
 
     kind = "exact"
 
-    def __init__(self, embeddings: np.ndarray, paths: Sequence[str]):
+    def __init__(self, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None):
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.paths = list(paths)
         self.dim = int(self.embeddings.shape[1])
-        self.info: dict[str, Any] = {}
-        faiss = _faiss()
+        self.info: dict[str, Any] = dict(info or {})
+        #: The folder the index was read from (``None`` when built in memory), for messages.
+        self.folder: Path | None = None
+        faiss = faiss_module()
         self._faiss = None
         if faiss is not None:
             self._faiss = faiss.IndexFlatIP(self.dim)
             self._faiss.add(self.embeddings)
 
     @classmethod
-    def build(cls, embeddings: np.ndarray, paths: Sequence[str]) -> ExactIndex:
+    def build(cls, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None) -> ExactIndex:
         """The exact index of ``embeddings``."""
-        return cls(embeddings, paths)
+        return cls(embeddings, paths, info)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(similarities Q×k, rows Q×k)``, most similar first (``k`` is capped at the gallery size)."""
@@ -73,15 +75,15 @@ class ExactIndex:
         values, rows = torch.topk(sims, k, dim=1)
         return values.numpy(), rows.numpy().astype(np.int64)
 
-    def files(self, folder: Path) -> str:
-        """Write the vectors into ``folder``; returns the storage name for index.json."""
+    def files(self, folder: Path) -> tuple[str, str]:
+        """Write the vectors into ``folder``; returns ``(storage for index.json, the file's name)``."""
         if self._faiss is not None:
-            _faiss().write_index(self._faiss, str(folder / "index.faiss"))
-            return "faiss"
+            faiss_module().write_index(self._faiss, str(folder / "index.faiss"))
+            return "faiss", "index.faiss"
         import torch
 
         torch.save(torch.from_numpy(self.embeddings), folder / "embeddings.pt")
-        return "torch"
+        return "torch", "embeddings.pt"
 
 
 class ApproximateIndex:
@@ -100,11 +102,18 @@ class ApproximateIndex:
         self.paths = list(paths)
         self.dim = int(index.d)
         self.info = info
+        self.folder: Path | None = None
 
     @classmethod
     def build(cls, embeddings: np.ndarray, paths: Sequence[str], kind: str, *, k: int = 10,
               seed: int = 0) -> ApproximateIndex:
-        """Train and fill an approximate index, then measure its recall@k against exact search.
+        """Train and fill an approximate index, measuring its recall@k against exact search on held-out queries.
+
+        A seeded sample of the gallery (a tenth, at most :data:`RECALL_QUERIES`) is held out: the index is
+        trained on and filled with the other vectors, the sample is searched in it and in an exact index of the
+        same vectors, and then added. A gallery vector searched in an index that holds it finds itself, which
+        inflates the recall over what a new query gets; the held-out ones are new to the index, as queries are.
+        The held-out rows come last in the index (``paths`` follows the rows).
 
         IVF uses ``nlist ≈ √N`` lists (at most N/39, faiss's minimum of training points per list) and probes
         an eighth of them (at least 8); HNSW uses 32 links per node and ``efSearch = max(64, 2k)``.
@@ -112,46 +121,76 @@ class ApproximateIndex:
         Raises:
             BundleError: faiss is missing, or ``kind`` is unknown.
         """
-        faiss = _faiss()
+        faiss = faiss_module()
         if faiss is None:
             raise BundleError("an approximate index needs faiss, which is not installed",
                               fix="pip install faiss-cpu, or build an exact index (leave out --approximate)")
-        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
-        n, dim = vectors.shape
-        if kind == "ivf":
-            nlist = max(1, min(round(math.sqrt(n)), n // 39))
-            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-            index.train(vectors)
-            index.nprobe = min(nlist, max(8, nlist // 8))
-            info: dict[str, Any] = {"nlist": nlist, "nprobe": int(index.nprobe)}
-        elif kind == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efSearch = max(64, 2 * k)
-            info = {"M": 32, "efSearch": int(index.hnsw.efSearch)}
-        else:
+        if kind not in APPROXIMATE:
             raise BundleError(f"unknown approximate index {kind!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
-        index.add(vectors)
-        built = cls(index, kind, paths, info)
-        info[f"recall@{min(k, n)}"] = recall_against_exact(built, ExactIndex(vectors, paths), vectors, k, seed)
-        return built
+        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+        held = holdout_rows(len(vectors), seed)
+        kept = np.setdiff1d(np.arange(len(vectors)), held)
+        index, info = _new_index(faiss, kind, vectors[kept], k)
+        index.add(vectors[kept])
+        if len(held):
+            measured_k = min(k, len(kept))
+            exact = ExactIndex(vectors[kept], [str(i) for i in kept])
+            info[f"recall@{measured_k}"] = recall_against_exact(_Searcher(index), exact, vectors[held], measured_k)
+            info["recall_queries"] = len(held)
+            index.add(vectors[held])
+        else:
+            info["recall_queries"] = 0  # too small a gallery to hold a query out: recall not measured
+        order = np.concatenate([kept, held])
+        return cls(index, kind, [paths[i] for i in order], info)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(similarities Q×k, rows Q×k)``; a row of ``-1`` marks a slot the index could not fill."""
         return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(self.paths)))
 
-    def files(self, folder: Path) -> str:
-        """Write the faiss index into ``folder``."""
-        _faiss().write_index(self.index, str(folder / "index.faiss"))
-        return "faiss"
+    def files(self, folder: Path) -> tuple[str, str]:
+        """Write the faiss index into ``folder``; returns ``(storage, the file's name)``."""
+        faiss_module().write_index(self.index, str(folder / "index.faiss"))
+        return "faiss", "index.faiss"
 
 
-def recall_against_exact(approx: Any, exact: ExactIndex, vectors: np.ndarray, k: int, seed: int = 0) -> float:
-    """Mean over sampled gallery vectors of ``|approximate top-k ∩ exact top-k| / k``."""
-    rng = np.random.default_rng(seed)
-    take = rng.choice(len(vectors), size=min(RECALL_QUERIES, len(vectors)), replace=False)
-    k = min(k, len(vectors))
-    _, truth = exact.search(vectors[take], k)
-    _, found = approx.search(vectors[take], k)
+class _Searcher:
+    """A bare faiss index with the ``search(queries, k)`` of the index classes."""
+
+    def __init__(self, index: Any):
+        self.index = index
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+
+
+def _new_index(faiss: Any, kind: str, training: np.ndarray, k: int) -> tuple[Any, dict[str, Any]]:
+    """An empty, trained faiss index of ``kind`` and its parameters for index.json."""
+    n, dim = training.shape
+    if kind == "ivf":
+        nlist = max(1, min(round(math.sqrt(n)), n // 39))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(training)
+        index.nprobe = min(nlist, max(8, nlist // 8))
+        return index, {"nlist": nlist, "nprobe": int(index.nprobe)}
+    index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efSearch = max(64, 2 * k)
+    return index, {"M": 32, "efSearch": int(index.hnsw.efSearch)}
+
+
+def holdout_rows(n: int, seed: int = 0) -> np.ndarray:
+    """The sorted gallery rows held out to measure recall: a seeded tenth of ``n``, at most :data:`RECALL_QUERIES`."""
+    count = min(RECALL_QUERIES, n // 10) if n >= MIN_HOLDOUT_GALLERY else 0
+    return np.sort(np.random.default_rng(seed).choice(n, size=count, replace=False)).astype(np.int64)
+
+
+def recall_against_exact(approx: Any, exact: ExactIndex, queries: np.ndarray, k: int) -> float:
+    """Mean over ``queries`` of ``|approximate top-k ∩ exact top-k| / k`` (both indexes hold the same rows).
+
+    The queries should not be in the indexes: a vector that is finds itself, and that hit is free.
+    """
+    k = min(k, len(exact.paths))
+    _, truth = exact.search(queries, k)
+    _, found = approx.search(queries, k)
     hits = [len(set(t.tolist()) & set(f.tolist()) - {-1}) for t, f in zip(truth, found, strict=True)]
     return float(np.mean(hits) / k)
 
@@ -164,45 +203,8 @@ def build_index(embeddings: np.ndarray, paths: Sequence[str], *, approximate: st
     return ApproximateIndex.build(embeddings, paths, approximate, k=k)
 
 
-def save_index(index: ExactIndex | ApproximateIndex, folder: Path, extra: dict[str, Any]) -> None:
-    """Write ``index`` into the (new, empty) ``folder``: its vectors, ``paths.json`` and ``index.json``."""
-    storage = index.files(folder)
-    write_json(folder / PATHS_FILE, index.paths)
-    write_json(folder / INDEX_FILE, {"kind": index.kind, "storage": storage, "size": len(index.paths),
-                                     "dim": index.dim, **index.info, **extra})
-
-
 def load_index(folder: str | Path) -> ExactIndex | ApproximateIndex:
-    """Read an index folder written by ``dmlplug index``.
+    """Read and check an index folder of ``dmlplug index`` (:func:`dmlplug.bundle.index_files.read_index`)."""
+    from dmlplug.bundle.index_files import read_index
 
-    Raises:
-        BundleError: Not an index folder, a file is missing, or it needs faiss and faiss is missing.
-    """
-    folder = Path(folder)
-    fix = "build it again: dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR"
-    try:
-        meta = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
-        paths = json.loads((folder / PATHS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{folder} is not a readable index folder: {exc}", where=str(folder), fix=fix) from None
-    faiss = _faiss()
-    info = {key: value for key, value in meta.items() if key not in ("kind", "storage", "size", "dim")}
-    if meta["storage"] == "torch":
-        import torch
-
-        index: ExactIndex | ApproximateIndex = ExactIndex(torch.load(folder / "embeddings.pt").numpy(), paths)
-    elif faiss is None:
-        raise BundleError(f"the index in {folder} is a faiss index and faiss is not installed", where=str(folder),
-                          fix="pip install faiss-cpu")
-    else:
-        stored = faiss.read_index(str(folder / "index.faiss"))
-        if meta["kind"] == "exact":
-            index = ExactIndex(stored.reconstruct_n(0, stored.ntotal), paths)
-        else:
-            if meta["kind"] == "ivf":
-                stored.nprobe = int(meta["nprobe"])
-            else:
-                stored.hnsw.efSearch = int(meta["efSearch"])
-            index = ApproximateIndex(stored, meta["kind"], paths, {})
-    index.info = info
-    return index
+    return read_index(folder)

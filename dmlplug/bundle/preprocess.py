@@ -91,33 +91,46 @@ def build_preprocess(spec: dict[str, Any]) -> Any:
     the run's own transform was, so the tensors are identical.
 
     Raises:
+        BundleError: An unknown step (a bundle written by a newer dmlplug), or a step without its keys.
+    """
+    from torchvision import transforms as T
+    from torchvision.transforms import v2
+
+    try:
+        api = v2 if any(step.get("op") == "to_image" for step in spec["steps"]) else T
+        built = [_build_step(step, api) for step in spec["steps"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a step without its keys, a bad value
+        raise BundleError(f"bundle.json's preprocessing is damaged: {type(exc).__name__}: {exc}",
+                          fix="export the bundle again: dmlplug export RUN_DIR --out BUNDLE_DIR") from None
+    return api.Compose(built)
+
+
+def _build_step(step: dict[str, Any], api: Any) -> Any:
+    """The torchvision transform of one step of a spec (``api``: ``transforms`` or ``transforms.v2``).
+
+    Raises:
         BundleError: An unknown step (a bundle written by a newer dmlplug).
     """
     import torch
     from torchvision import transforms as T
     from torchvision.transforms import v2
 
-    api = v2 if any(step.get("op") == "to_image" for step in spec["steps"]) else T
-    built = []
-    for step in spec["steps"]:
-        op = step.get("op")
-        if op == "resize":
-            size = step["size"] if isinstance(step["size"], int) else list(step["size"])
-            built.append(api.Resize(size, interpolation=T.InterpolationMode(step["interpolation"]),
-                                    max_size=step.get("max_size"), antialias=step.get("antialias", True)))
-        elif op == "center_crop":
-            built.append(api.CenterCrop(list(step["size"])))
-        elif op == "to_tensor":
-            built.append(T.ToTensor())
-        elif op == "to_image":
-            built.append(v2.ToImage())
-        elif op == "to_float":
-            built.append(v2.ToDtype(torch.float32, scale=True))
-        elif op == "to_pure_tensor":
-            built.append(v2.ToPureTensor())
-        elif op == "normalize":
-            built.append(api.Normalize(step["mean"], step["std"]))
-        else:
-            raise BundleError(f"unknown preprocessing step {op!r} in bundle.json",
-                              fix="use the dmlplug version that wrote the bundle, or export it again")
-    return api.Compose(built)
+    op = step.get("op")
+    if op == "resize":
+        size = step["size"] if isinstance(step["size"], int) else list(step["size"])
+        return api.Resize(size, interpolation=T.InterpolationMode(step["interpolation"]),
+                          max_size=step.get("max_size"), antialias=step.get("antialias", True))
+    if op == "center_crop":
+        return api.CenterCrop(list(step["size"]))
+    if op == "to_tensor":
+        return T.ToTensor()
+    if op == "to_image":
+        return v2.ToImage()
+    if op == "to_float":
+        return v2.ToDtype(torch.float32, scale=True)
+    if op == "to_pure_tensor":
+        return v2.ToPureTensor()
+    if op == "normalize":
+        return api.Normalize(step["mean"], step["std"])
+    raise BundleError(f"unknown preprocessing step {op!r} in bundle.json",
+                      fix="use the dmlplug version that wrote the bundle, or export it again")

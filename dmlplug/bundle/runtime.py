@@ -7,11 +7,14 @@ L2-normalised embeddings, so a bundle's model and its run's model are interchang
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+
+from dmlplug.bundle.errors import BundleError
 
 #: Names of the exported graph's input and output (also written to bundle.json).
 INPUT_NAME, OUTPUT_NAME = "images", "embedding"
@@ -65,6 +68,42 @@ class OnnxRunner:
         """Embed one preprocessed batch."""
         array = np.ascontiguousarray(batch.detach().cpu().numpy(), dtype=np.float32)
         return self.session.run([OUTPUT_NAME], {INPUT_NAME: array})[0]
+
+
+def load_model(path: Path, format: str, device: str, *, input_size: Sequence[int],
+               embedding_size: int) -> OnnxRunner | TorchRunner:
+    """A runner for a bundle's model file, checked against the sizes ``bundle.json`` records.
+
+    Args:
+        path: ``model.onnx`` or ``model.pt`` (its sha256 already checked).
+        format: ``"onnx"`` or ``"torchscript"``.
+        device: Where it runs.
+        input_size: ``[3, H, W]`` from bundle.json.
+        embedding_size: ``D`` from bundle.json.
+
+    Raises:
+        BundleError: The runtime cannot load the file, or the ONNX graph's input or output shape is not the
+            recorded one (a TorchScript module declares no shapes; its output is checked when it runs).
+    """
+    runtime = "ONNX Runtime" if format == "onnx" else "torch.jit"
+    try:
+        runner = OnnxRunner(path, device) if format == "onnx" else load_torchscript(path, device)
+    except Exception as exc:  # ONNX Runtime and torch.jit raise their own exception types for a file they reject
+        message = (str(exc).strip().splitlines() or [""])[-1]
+        raise BundleError(f"the bundle's model file {path} cannot be loaded by {runtime}: {type(exc).__name__}: "
+                          f"{message}", where=str(path),
+                          fix="install the onnxruntime/torch version the bundle was exported with, or export it "
+                          "again: dmlplug export RUN_DIR --out BUNDLE_DIR") from None
+    if isinstance(runner, OnnxRunner):
+        expected = {"input": ["batch", *input_size], "output": ["batch", embedding_size]}
+        for side, declared in (("input", runner.session.get_inputs()[0].shape),
+                               ("output", runner.session.get_outputs()[0].shape)):
+            fixed = [d if isinstance(d, int) else "batch" for d in declared]
+            if fixed != expected[side]:
+                raise BundleError(f"the bundle's model file {path} has {side} shape {declared}, but bundle.json "
+                                  f"records {expected[side]}", where=str(path),
+                                  fix="export the bundle again: dmlplug export RUN_DIR --out BUNDLE_DIR")
+    return runner
 
 
 def load_torchscript(path: str | Path, device: str = "cpu") -> TorchRunner:

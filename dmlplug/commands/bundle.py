@@ -48,16 +48,21 @@ def cmd_export(
     device: Device = "cpu",
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Calibrate the thresholds "
                                             "(bundle.json `thresholds`).")] = True,
+    allow_untrained: Annotated[bool, typer.Option("--allow-untrained", help="Export a checkpoint written before "
+                                                  "any training step (a best epoch 0), e.g. as a baseline.")]
+    = False,
 ) -> None:
     """Export a trained run as a bundle: model.onnx or model.pt, and bundle.json (preprocessing, thresholds).
 
     The exported model is compared with PyTorch on test images; the export fails, writing nothing, when the
-    embeddings differ by more than --tolerance.
+    embeddings differ by more than --tolerance. A checkpoint of the untrained model is refused without
+    --allow-untrained.
     """
     from dmlplug.bundle.export import export_run
 
     manifest = export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images,
-                          tolerance=tolerance, device=device, calibrate=calibrate, log=_say)
+                          tolerance=tolerance, device=device, calibrate=calibrate, allow_untrained=allow_untrained,
+                          log=_say)
     check = manifest["verification"]
     lines = [f"bundle written to {out} ({manifest['model']['file']}, {manifest['embedding_size']}-d embeddings)"]
     if check.get("images"):
@@ -162,7 +167,8 @@ def cmd_index(
     out: Annotated[Path, typer.Option("--out", help="The index folder to create (new or empty).",
                                       show_default=False)],
     approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: an approximate faiss "
-                                                    "index; its recall@k against exact search is reported.")]
+                                                    "index; its recall@k against exact search, on gallery "
+                                                    "images held out of it, is reported.")]
     = None,
     k: Annotated[int, typer.Option("--k", min=1, help="k of the reported recall@k.")] = 10,
     batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
@@ -171,7 +177,8 @@ def cmd_index(
     from dmlplug.bundle.atomic import atomic_folder
     from dmlplug.bundle.bundle import load_bundle
     from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index import APPROXIMATE, build_index, save_index
+    from dmlplug.bundle.index import APPROXIMATE, build_index
+    from dmlplug.bundle.index_files import save_index
 
     if approximate is not None and approximate not in APPROXIMATE:
         raise BundleError(f"unknown approximate index {approximate!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
@@ -179,9 +186,12 @@ def cmd_index(
     embeddings, paths = _embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
     index = build_index(embeddings, paths, approximate=approximate, k=k)
     with atomic_folder(out, "index") as folder:
-        save_index(index, folder, {"checkpoint_sha256": bundle.manifest["source"]["checkpoint_sha256"]})
-    recall = "".join(f"; {key} against exact search: {value:.4f}" for key, value in index.info.items()
-                     if key.startswith("recall@"))
+        save_index(index, folder, bundle.built_by())
+    held_out = index.info.get("recall_queries")
+    recall = "".join(f"; {key} against exact search: {value:.4f} ({held_out} gallery images held out as queries)"
+                     for key, value in index.info.items() if key.startswith("recall@"))
+    if held_out == 0:
+        recall = "; recall not measured (too few images to hold some out as queries)"
     typer.echo(f"{index.kind} index of {len(paths)} images written to {out}{recall}")
 
 
@@ -198,16 +208,10 @@ def cmd_search(
 ) -> None:
     """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
     from dmlplug.bundle.bundle import load_bundle
-    from dmlplug.bundle.errors import BundleError
     from dmlplug.bundle.index import load_index
 
     bundle = load_bundle(bundle_dir, device=device)
-    index = load_index(index_dir)
-    # Bundles of one checkpoint embed alike whatever their format; another checkpoint's vectors are not comparable.
-    built_by = index.info.get("checkpoint_sha256")
-    if built_by is not None and built_by != bundle.manifest["source"]["checkpoint_sha256"]:
-        raise BundleError(f"the index {index_dir} was built from another checkpoint than the bundle {bundle_dir}",
-                          fix=f"build the index with this bundle: dmlplug index {bundle_dir} IMAGES --out INDEX")
+    index = load_index(index_dir)  # checked against the bundle's model by bundle.search, before any query is read
     results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold)
     if as_json:
         typer.echo(json.dumps(results, indent=2))

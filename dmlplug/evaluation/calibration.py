@@ -3,18 +3,26 @@
 :func:`calibrate` takes the embeddings of a labelled split and, over every unordered pair of it (positive:
 same label; negative: different labels), finds
 
-* for each target false-accept rate F, the global threshold ``t`` with FAR(t) ≤ F and the highest TAR, the TAR
-  there, and how that TAR spreads over classes;
+* for each target false-accept rate F, the global threshold ``t`` with FAR(t) ≤ F, also for float32 scores,
+  and the highest TAR, the TAR there, and how that TAR spreads over classes;
 * the threshold with the highest F1 over pairs (precision = accepted positives / accepted pairs);
 * the OPIS threshold-inconsistency of the split (Zhang et al., ICLR 2024; ``docs/methods/tcm.md``), computed
   by the ``opis`` evaluator's own code with its defaults.
 
 **Convention.** A pair is accepted when ``similarity ≥ threshold``. FAR(t) is the share of negative pairs
 accepted, TAR(t) the share of positive pairs accepted. With ``n`` negative pairs, at most ``k = ⌊F·n⌋`` may
-be accepted; if ``v`` is the (k+1)-th largest negative similarity, the threshold is ``nextafter(v, +∞)``, the
-smallest float above ``v``: it accepts exactly the pairs with similarity > v (ties with ``v`` are rejected),
-so FAR ≤ F, and every lower threshold would accept ``v`` and exceed F. The max-F1 threshold is a positive
-pair's similarity (F1 can only peak there); among equal F1 the highest threshold wins.
+be accepted; if ``v`` is the (k+1)-th largest negative similarity, every threshold above ``v`` accepts at most
+k of them in exact arithmetic. A deployed search scores pairs in float32 (ONNX Runtime, faiss, numpy), whose
+rounding moves a score by up to a margin ``m`` (:func:`score_margin`, about ``D·2⁻²⁴``), so a negative tied or
+nearly tied with ``v`` could score above a threshold just above ``v`` and be the (k+1)-th accepted. The
+threshold is therefore the smallest float32 value above ``v + m``: no negative pair with similarity ``≤ v``
+reaches it in float32, whatever the summation order, so FAR ≤ F holds for the float32 scores of the
+embeddings calibrated on; being a float32 value, comparing a score with it in float32 or float64 agrees.
+TAR, FAR and the per-class spread are counted at that threshold. The max-F1 threshold is a positive pair's
+similarity (F1 can only peak there); among equal F1 the highest threshold wins.
+
+The result's dataclasses (:class:`Calibration` …) live in :mod:`dmlplug.evaluation.calibration_table` beside
+their printed table, and are importable from here.
 
 **Scale.** Counting is exact for any split size in bounded memory (:mod:`dmlplug.evaluation.pair_scan`): a
 chunked pass histograms all pair similarities into ``bins`` fine bins, a second pass collects the exact values
@@ -26,13 +34,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dmlplug.errors import DataError
-from dmlplug.evaluation.pair_scan import PairScan, Refined, normalize
+from dmlplug.evaluation.calibration_table import WORST_SHOWN, Calibration, ClassSpread, F1Threshold, FarThreshold
+from dmlplug.evaluation.pair_scan import PairScan, Refined, bin_index, normalize
 
 #: The ``opis`` evaluator's defaults (plugins/evaluators OpisParams and PairParams; a test keeps them equal).
 OPIS_DEFAULTS: dict[str, Any] = {
@@ -41,129 +49,10 @@ OPIS_DEFAULTS: dict[str, Any] = {
     "grid_size": 100, "far_range": (1e-2, 1e-1), "distance_range": None, "kind": "roc",
     "epsilon": 0.1, "pooling": "average",
 }
-#: Classes listed by name in :attr:`ClassSpread.worst`.
-WORST_SHOWN = 5
-
-
-@dataclass
-class ClassSpread:
-    """How the TAR at one threshold spreads over classes (classes with at least one positive pair).
-
-    Attributes:
-        classes: Number of classes taking part.
-        mean: Mean per-class TAR (each class weighs the same; the global TAR weighs pairs).
-        std: Population standard deviation of the per-class TAR.
-        min: Lowest per-class TAR.
-        p10: 10th percentile (linear interpolation): 90 % of classes do at least this well.
-        median: Median per-class TAR.
-        p90: 90th percentile.
-        max: Highest per-class TAR.
-        worst: Up to five ``{"label", "tar", "positive_pairs"}`` of the lowest TAR (ties by label).
-    """
-
-    classes: int
-    mean: float
-    std: float
-    min: float
-    p10: float
-    median: float
-    p90: float
-    max: float
-    worst: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class FarThreshold:
-    """The threshold for one target FAR (accept ``similarity ≥ threshold``).
-
-    Attributes:
-        target_far: The requested false-accept rate.
-        threshold: The lowest threshold whose FAR is at most ``target_far``.
-        tar: Share of positive pairs accepted.
-        far: Share of negative pairs accepted (≤ ``target_far``).
-        accepted_positive: Positive pairs accepted.
-        accepted_negative: Negative pairs accepted.
-        per_class: Spread of the per-class TAR at this threshold.
-    """
-
-    target_far: float
-    threshold: float
-    tar: float
-    far: float
-    accepted_positive: int
-    accepted_negative: int
-    per_class: ClassSpread
-
-
-@dataclass
-class F1Threshold:
-    """The threshold of highest pair F1.
-
-    Attributes:
-        threshold: The threshold (a positive pair's similarity; accept ``≥``).
-        precision: Accepted positive pairs / accepted pairs.
-        recall: Accepted positive pairs / positive pairs (= TAR).
-        f1: Their harmonic mean.
-        tar: Same as ``recall``.
-        far: Share of negative pairs accepted.
-        per_class: Spread of the per-class TAR at this threshold.
-        exact: False when the refinement budget cut the search; then ``f1_bound`` bounds what was missed.
-        f1_bound: Upper bound of the F1 of thresholds not searched (``None`` when exact).
-    """
-
-    threshold: float
-    precision: float
-    recall: float
-    f1: float
-    tar: float
-    far: float
-    per_class: ClassSpread
-    exact: bool = True
-    f1_bound: float | None = None
-
-
-@dataclass
-class Calibration:
-    """Calibrated thresholds of one split; see :func:`calibrate`.
-
-    Attributes:
-        split: Name of the split calibrated on (``"val"``, ``"test"`` …), or ``None``.
-        test_split: Whether that split is the test split (the thresholds then come from the data the test
-            metrics are measured on; prefer a validation split).
-        items: Embeddings calibrated on.
-        classes: Distinct labels.
-        positive_pairs: Same-label pairs (each unordered pair once).
-        negative_pairs: Different-label pairs.
-        thresholds: One entry per target FAR, in the order given.
-        max_f1: The max-F1 threshold.
-        opis: OPIS of the split (``None`` when not computed or undefined).
-        eps_opis: ε-OPIS of the split (``None`` likewise).
-        similarity: Always ``"cosine"`` (of the L2-normalised embeddings).
-        bins: Histogram bins used by the exact scan.
-    """
-
-    split: str | None
-    test_split: bool
-    items: int
-    classes: int
-    positive_pairs: int
-    negative_pairs: int
-    thresholds: list[FarThreshold]
-    max_f1: F1Threshold
-    opis: float | None = None
-    eps_opis: float | None = None
-    similarity: str = "cosine"
-    bins: int = 2**20
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (plain floats and ints; ``None`` for undefined values)."""
-        return _json_ready(asdict(self))
-
-    def format_table(self) -> str:
-        """A readable table of the thresholds, their TAR/FAR, the per-class TAR spread, max-F1 and OPIS."""
-        from dmlplug.evaluation.calibration_table import format_calibration
-
-        return format_calibration(self)
+#: Unit roundoff of float32: a rounding moves a float32 value by at most this share of it.
+F32_UNIT = 2.0**-24
+#: Rows whose L2 norm is this close to 1 are scored as given (a bundle's embeddings); others are normalised.
+UNIT_NORM_TOLERANCE = 1e-4
 
 
 def calibrate(embeddings: Any, labels: Any, *, far_targets: Sequence[float] = (1e-3, 1e-2),
@@ -173,7 +62,10 @@ def calibrate(embeddings: Any, labels: Any, *, far_targets: Sequence[float] = (1
     """Calibrate acceptance thresholds on the embeddings of a labelled split (see the module docstring).
 
     Args:
-        embeddings: ``N×D`` array (or anything ``np.asarray`` reads; move CUDA tensors to the CPU first).
+        embeddings: ``N×D`` array (or anything ``np.asarray`` reads; move CUDA tensors to the CPU first): the
+            vectors a deployment scores, as a bundle embeds them (unit length, float32). The FAR thresholds
+            hold for float32 inner products of these rows (of their float32 L2 normalisation when a row is
+            not of unit length).
         labels: ``N`` integer labels.
         far_targets: Target false-accept rates, each in (0, 1).
         split: Name of the split, recorded in the result.
@@ -194,7 +86,9 @@ def calibrate(embeddings: Any, labels: Any, *, far_targets: Sequence[float] = (1
     """
     x_raw, y = _check_inputs(embeddings, labels, far_targets)
     labels_sorted, dense = np.unique(y, return_inverse=True)
-    scan = PairScan(normalize(x_raw), dense, memory_budget_mb)
+    exact = normalize(x_raw)
+    margin = score_margin(x_raw, exact)
+    scan = PairScan(exact, dense, memory_budget_mb)
     pos_hist, neg_hist = scan.histograms(bins)
     n_pos, n_neg = int(pos_hist.sum()), int(neg_hist.sum())
     if n_pos == 0 or n_neg == 0:
@@ -204,22 +98,55 @@ def calibrate(embeddings: Any, labels: Any, *, far_targets: Sequence[float] = (1
                         "classes and at least two items in some class")
     pos_gt = _above(pos_hist)
     neg_gt = _above(neg_hist)
-    far_bins = [_far_bin(neg_hist, neg_gt, _allowed(f, n_neg)) for f in far_targets]
-    for b in far_bins:
-        if pos_hist[b] + neg_hist[b] > max_refine_pairs:
-            raise DataError(f"{pos_hist[b] + neg_hist[b]} pairs share one histogram bin at a threshold",
-                            where="calibration", fix="raise `bins` or `max_refine_pairs`")
+    # The bins from the one holding v up to the highest one the threshold (above v + margin) can fall in.
+    far_intervals = [(b, _margin_bin(b, margin, bins)) for b in
+                     (_far_bin(neg_hist, neg_gt, _allowed(f, n_neg)) for f in far_targets)]
+    for lo, hi in far_intervals:
+        held = int(pos_hist[lo:hi + 1].sum() + neg_hist[lo:hi + 1].sum())
+        if held > max_refine_pairs:
+            raise DataError(f"{held} pairs share the histogram bins at a threshold", where="calibration",
+                            fix="raise `bins` or `max_refine_pairs`")
     f1_interval, f1_bound = _f1_interval(pos_hist, neg_hist, pos_gt, neg_gt, n_pos, max_refine_pairs)
-    refined = scan.refine([(b, b) for b in far_bins] + [f1_interval], bins)
+    refined = scan.refine([*far_intervals, f1_interval], bins)
     class_pairs = np.bincount(dense, minlength=len(labels_sorted)).astype(np.int64)
     class_pairs = class_pairs * (class_pairs - 1) // 2
-    thresholds = [_far_threshold(f, r, pos_gt[b], neg_gt[b], n_pos, n_neg, class_pairs, labels_sorted)
-                  for f, b, r in zip(far_targets, far_bins, refined[:-1], strict=True)]
+    thresholds = [_far_threshold(f, r, pos_gt[r.hi], neg_gt[r.hi], margin, n_pos, n_neg, class_pairs,
+                                 labels_sorted) for f, r in zip(far_targets, refined[:-1], strict=True)]
     r = refined[-1]
     max_f1 = _max_f1(r, pos_gt[r.hi], neg_gt[r.hi], n_pos, n_neg, class_pairs, labels_sorted, f1_bound)
     values = _opis(x_raw, y, {**OPIS_DEFAULTS, **(opis_options or {})}, seed, memory_budget_mb) if opis else {}
     return Calibration(split, bool(test_split), len(y), len(labels_sorted), n_pos, n_neg, thresholds, max_f1,
-                       values.get("opis"), values.get("eps_opis"), bins=bins)
+                       values.get("opis"), values.get("eps_opis"), bins=bins, score_margin=margin)
+
+
+def score_margin(embeddings: np.ndarray, exact: np.ndarray) -> float:
+    """Bound on the gap between a float32 score of two rows and the exact similarity ``ŝ`` the scan counts.
+
+    A deployment scores float32 rows ``e`` (the rows as given when of unit length, as a bundle's embeddings
+    are; else their float32 L2 normalisation) by a float32 inner product in any summation order; the scan
+    counts ``ŝ = q_a·q_b`` of the rows ``q`` = :func:`~dmlplug.evaluation.pair_scan.normalize` (``exact``). With
+    ``M = max‖e‖``, ``Q = max‖q‖``, ``r = max‖e − q‖`` and ``γ = D·u/(1 − D·u)``, ``u = 2⁻²⁴``:
+    ``|fl32(e_a·e_b) − ŝ| ≤ γ·M² + r·(M + Q)`` (Higham's bound for a D-term float32 dot product, FMA or not,
+    plus the distance of the scored rows from the counted ones); ``D·2⁻⁵⁰`` more covers float64 rounding.
+    That is about ``4·10⁻⁶`` for D = 64 and ``3·10⁻⁵`` for D = 512.
+    """
+    x = np.asarray(embeddings, dtype=np.float64)  # float32 values, exactly
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    scored = x if np.all(np.abs(norms - 1.0) <= UNIT_NORM_TOLERANCE) else (
+        (x / norms).astype(np.float32).astype(np.float64))
+    d = x.shape[1]
+    largest = float(np.linalg.norm(scored, axis=1).max())
+    gap = float(np.linalg.norm(scored - exact, axis=1).max())
+    gamma = d * F32_UNIT / (1.0 - d * F32_UNIT)
+    return gamma * largest**2 + gap * (largest + float(np.linalg.norm(exact, axis=1).max())) + d * 2.0**-50
+
+
+def float32_above(value: float) -> float:
+    """The smallest float32 number strictly greater than ``value``, as a Python float."""
+    t = np.float32(value)
+    if float(t) <= value:
+        t = np.nextafter(t, np.float32(np.inf))
+    return float(t)
 
 
 # ------------------------------------------------------------------------------------------ thresholds
@@ -240,15 +167,27 @@ def _far_bin(neg_hist: np.ndarray, neg_gt: np.ndarray, allowed: int) -> int:
     return int(np.flatnonzero(at_or_above >= allowed + 1)[-1])
 
 
-def _far_threshold(target: float, r: Refined, pos_gt: int, neg_gt: int, n_pos: int, n_neg: int,
+def _margin_bin(b: int, margin: float, bins: int) -> int:
+    """The highest bin a threshold above ``v + margin`` can fall in, for ``v`` in bin ``b``.
+
+    ``v`` lies below the bin's upper edge; the threshold is at most one float32 step (≤ 2⁻²³ below 2) above
+    ``v + margin``, so a point 2⁻²² above ``edge + margin`` bounds it.
+    """
+    upper = -1.0 + (b + 1) * 2.0 / bins + margin + 2.0**-22
+    return max(b, min(bins - 1, int(bin_index(np.array([upper]), bins)[0])))
+
+
+def _far_threshold(target: float, r: Refined, pos_gt: int, neg_gt: int, margin: float, n_pos: int, n_neg: int,
                    class_pairs: np.ndarray, labels: np.ndarray) -> FarThreshold:
+    """The FAR threshold from the exact values of bins ``r.lo..r.hi`` (``pos_gt``/``neg_gt``: pairs above)."""
     neg = np.sort(r.neg)[::-1]
     v = neg[_allowed(target, n_neg) - neg_gt]  # the (allowed+1)-th largest negative overall
-    accepted_neg = int(neg_gt + np.count_nonzero(neg > v))
-    hit = r.pos > v
+    threshold = float32_above(float(v) + margin)
+    accepted_neg = int(neg_gt + np.count_nonzero(neg >= threshold))
+    hit = r.pos >= threshold
     accepted_pos = int(pos_gt + np.count_nonzero(hit))
     per_class = r.pos_above + np.bincount(r.pos_class[hit], minlength=len(class_pairs))
-    return FarThreshold(float(target), float(np.nextafter(v, np.inf)), accepted_pos / n_pos, accepted_neg / n_neg,
+    return FarThreshold(float(target), threshold, accepted_pos / n_pos, accepted_neg / n_neg,
                         accepted_pos, accepted_neg, _spread(per_class, class_pairs, labels))
 
 
@@ -356,15 +295,3 @@ def _check_inputs(embeddings: Any, labels: Any, far_targets: Sequence[float]) ->
         raise DataError(f"target false-accept rates must lie in (0, 1), got {list(far_targets)}",
                         where="calibration far_targets", fix="pass e.g. far_targets=(1e-3, 1e-2)")
     return x, y.astype(np.int64)
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value

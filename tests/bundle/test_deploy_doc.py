@@ -38,17 +38,34 @@ def test_training_wrote_a_completed_quickstart_run_with_a_validation_split(tutor
     assert data["splits"]["val"]["classes"] > 0  # so calibration runs on unseen, non-test classes
 
 
-def test_calibrate_prints_the_thresholds_export_stores(tutorial, trained_run):
+def _table_rows(text):
+    """``{"0.001": (threshold, TAR), ...}`` and the max-F1 threshold from a printed calibration table."""
+    rows = {far: (float(t), float(tar)) for far, t, tar in
+            re.findall(r"FAR <= (\S+) +(-?\d+\.\d{6}) +(\d+\.\d{4})", text)}
+    return rows, float(re.search(r"max F1 +(-?\d+\.\d{6})", text).group(1))
+
+
+def test_calibrate_and_export_print_the_thresholds_export_stores(tutorial, trained_run):
     _, bundle_dir = trained_run
     out = tutorial.step("dmlplug calibrate ").out
     calibration = _manifest(bundle_dir)["calibration"]
     assert calibration["split"] == "val" and calibration["test_split"] is False
-    assert out.startswith(f"Threshold calibration on split 'val': {calibration['items']} items, "
-                          f"{calibration['classes']} classes")
-    for row in calibration["thresholds"]:
-        assert re.search(rf"FAR <= {row['target_far']:g} +{row['threshold']:.6f} +{row['tar']:.4f}", out), out
-    assert re.search(rf"max F1 +{calibration['max_f1']['threshold']:.6f}", out)
-    assert f"OPIS {calibration['opis']:.5f}" in out
+    header = f"Threshold calibration on split 'val': {calibration['items']} items, {calibration['classes']} classes"
+    assert out.startswith(header)
+    # export prints the table of the calibration it stores (on stderr, with its progress messages) ...
+    err = tutorial.step("dmlplug export ").err
+    assert header in err and "on the exported model's embeddings" in err
+    stored = {f"{row['target_far']:g}": (round(row["threshold"], 6), round(row["tar"], 4))
+              for row in calibration["thresholds"]}
+    rows, max_f1 = _table_rows(err)
+    assert rows == stored and max_f1 == round(calibration["max_f1"]["threshold"], 6)
+    assert f"OPIS {calibration['opis']:.5f}" in err
+    # ... and `calibrate`, on PyTorch's embeddings of the same images, agrees up to the exported model's rounding.
+    rows, max_f1 = _table_rows(out)
+    assert rows.keys() == stored.keys()
+    for far, (threshold, _) in rows.items():
+        assert abs(threshold - stored[far][0]) <= 1e-4
+    assert abs(max_f1 - calibration["max_f1"]["threshold"]) <= 1e-4
 
 
 def test_export_prints_its_verification_and_the_thresholds_search_uses(tutorial, trained_run):

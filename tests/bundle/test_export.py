@@ -32,7 +32,10 @@ def test_bundle_json_records_source_preprocessing_and_model(run_dir, onnx_bundle
     assert manifest["source"]["checkpoint"] == str(checkpoint.resolve())
     assert manifest["source"]["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
     assert manifest["model"]["file"] == "model.onnx"
-    assert manifest["model"]["sha256"] == hashlib.sha256((onnx_bundle / "model.onnx").read_bytes()).hexdigest()
+    model = (onnx_bundle / "model.onnx").read_bytes()
+    assert manifest["model"]["sha256"] == hashlib.sha256(model).hexdigest() and manifest["model"]["size"] == len(model)
+    state = torch.load(checkpoint, weights_only=False)
+    assert (manifest["source"]["epoch"], manifest["source"]["step"]) == (state["epoch"], state["step"]) == (1, 4)
     size = int(next(s for s in SETS if s.startswith("head.embedding_size")).split("=")[1])
     assert manifest["embedding_size"] == size and manifest["similarity"] == "cosine"
     # The tiny recipe: image_size 32, glyphs -> "light" augmentation -> test transform = resize to 32×32.
@@ -47,17 +50,51 @@ def test_bundle_json_records_source_preprocessing_and_model(run_dir, onnx_bundle
     assert pre == describe_transform(dmlplug.load_run(run_dir).test_transform)
 
 
-def test_thresholds_are_the_calibration_of_the_run(run_dir, onnx_bundle):
-    from dmlplug.bundle.calibrate import calibrate_run
+def _calibration_split(run_dir):
+    """The run's calibration split (its test split: the tiny run has no validation split) and its labels."""
+    loaded = dmlplug.load_run(run_dir)
+    assert loaded.dataset.val is None
+    return loaded, [loaded.dataset.test.load_image(i) for i in range(len(loaded.dataset.test))], \
+        np.asarray(loaded.dataset.test.labels)
+
+
+def test_thresholds_are_the_calibration_of_the_bundles_own_embeddings(run_dir, onnx_bundle):
+    from dmlplug.bundle.calibrate import calibrate_loaded, calibrate_run
 
     manifest = _manifest(onnx_bundle)
-    expected = calibrate_run(run_dir).to_dict()
+    bundle = dmlplug.load_bundle(onnx_bundle)
+    loaded, _, _ = _calibration_split(run_dir)
+    expected = calibrate_loaded(loaded, runner=bundle.runner).to_dict()
     assert manifest["calibration"] == json.loads(json.dumps(expected))
     values = manifest["thresholds"]["values"]
     assert values == {**{f"far@{t['target_far']:g}": t["threshold"] for t in expected["thresholds"]},
                       "max_f1": expected["max_f1"]["threshold"]}
     assert manifest["thresholds"]["default"] == "far@0.001"
-    assert dmlplug.load_bundle(onnx_bundle).threshold == values["far@0.001"]
+    assert bundle.threshold == values["far@0.001"]
+    # PyTorch's calibration (`dmlplug calibrate`) differs only by the rounding of the exported model.
+    pytorch = calibrate_run(run_dir).to_dict()
+    for ours, theirs in zip(expected["thresholds"], pytorch["thresholds"], strict=True):
+        assert abs(ours["threshold"] - theirs["threshold"]) <= 1e-4
+
+
+def test_the_bundles_far_holds_for_its_float32_search_scores(run_dir, onnx_bundle):
+    """Brute force over every pair of the calibration split, embedded by the bundle and scored by its exact index
+    (faiss, float32) as `search` scores: no FAR threshold accepts more negative pairs than its target allows."""
+    bundle = dmlplug.load_bundle(onnx_bundle)
+    _, images, labels = _calibration_split(run_dir)
+    vectors = bundle.embed(images)
+    index = bundle.build_index(images, paths=[str(i) for i in range(len(images))])
+    sims, rows = index.search(vectors, len(images))
+    assert sims.dtype == np.float32
+    scores = np.empty((len(images), len(images)), np.float32)
+    for i in range(len(images)):
+        scores[i, rows[i]] = sims[i]
+    i, j = np.triu_indices(len(labels), k=1)
+    negative = scores[i, j][labels[i] != labels[j]]
+    for row in _manifest(onnx_bundle)["calibration"]["thresholds"]:
+        allowed = int(np.floor(row["target_far"] * len(negative) + 1e-9))
+        assert np.count_nonzero(negative >= row["threshold"]) <= allowed
+        assert np.count_nonzero(negative.astype(np.float64) >= row["threshold"]) <= allowed
 
 
 def test_verification_matches_the_runs_own_evaluation(run_dir, onnx_bundle):

@@ -64,7 +64,15 @@ def _data(seed, n=240, classes=12, dim=6, duplicates=20):
     return x.astype(np.float32), y * 7 + 3  # labels that are not 0..C-1
 
 
-def _brute(x, y, far_targets):
+def _float32_above(value):
+    """The smallest float32 strictly above ``value`` (by stepping from the nearest float32, not by the library's)."""
+    t = np.float32(value)
+    while float(t) <= value:
+        t = np.nextafter(t, np.float32(2))
+    return float(t)
+
+
+def _brute(x, y, far_targets, margin):
     """Every pair from one full similarity matrix, thresholds by sorting, F1 by trying every positive value."""
     s = normalize(x) @ normalize(x).T
     i, j = np.triu_indices(len(y), k=1)
@@ -74,7 +82,7 @@ def _brute(x, y, far_targets):
     out = []
     for far in far_targets:
         v = np.sort(neg)[::-1][int(np.floor(far * len(neg) + 1e-9))]
-        t = np.nextafter(v, np.inf)
+        t = _float32_above(v + margin)
         per = [np.mean(pos[pos_cls == c] >= t) for c in labels]
         out.append((t, np.mean(pos >= t), np.mean(neg >= t), np.min(per), np.max(per), np.std(per),
                     np.median(per)))
@@ -94,7 +102,7 @@ def test_matches_brute_force_exactly(seed, bins, budget_mb):
     x, y = _data(seed)
     targets = (1e-3, 1e-2, 0.1, 0.3)
     c = calibrate(x, y, far_targets=targets, bins=bins, memory_budget_mb=budget_mb, opis=False)
-    expected, best = _brute(x, y, targets)
+    expected, best = _brute(x, y, targets, c.score_margin)
     for got, (t, tar, far, lo, hi, std, median) in zip(c.thresholds, expected, strict=True):
         assert (got.threshold, got.tar, got.far) == (t, tar, far)
         assert got.far <= got.target_far
@@ -105,13 +113,79 @@ def test_matches_brute_force_exactly(seed, bins, budget_mb):
     assert f.exact
 
 
+# ------------------------------------------------------------- float32 scores, as a deployed search computes them
+def _near_ties(seed, dim=64, per_class=30, spread=1e-6):
+    """Two classes of near-duplicate unit vectors (float32): the 900 negative pairs' similarities lie within about
+    1e-5 of each other, so every FAR threshold falls among near-ties that float32 rounding reorders."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((2, dim))
+    x = np.concatenate([a / np.linalg.norm(a) + spread * rng.standard_normal((per_class, dim)),
+                        b / np.linalg.norm(b) + spread * rng.standard_normal((per_class, dim))])
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), np.repeat([0, 1], per_class)
+
+
+def _float32_scores(x):
+    """All pair scores of float32 rows as deployments compute them: BLAS sgemm (numpy; faiss for a batch of
+    queries), faiss's own SIMD kernel (one query at a time, as `dmlplug search` with few queries) and torch."""
+    import faiss
+    import torch
+
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    ways = {"numpy": x @ x.T, "torch": (torch.from_numpy(x) @ torch.from_numpy(x).T).numpy()}
+    for name, queries in (("faiss batch", [x]), ("faiss one by one", [x[i:i + 1] for i in range(len(x))])):
+        scores, row = np.empty((len(x), len(x)), np.float32), 0
+        for q in queries:
+            sims, cols = index.search(q, len(x))
+            for s, c in zip(sims, cols, strict=True):
+                scores[row, c] = s
+                row += 1
+        ways[name] = scores
+    return ways
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_far_holds_for_float32_scores_of_near_ties(seed):
+    """Counted by brute force on float32 scores (four ways, compared in float32 as numpy does with a Python float,
+    and in float64), no threshold accepts more negative pairs than its target FAR allows: the next float above the
+    boundary similarity (the old rule) accepted up to 8 more here."""
+    x, y = _near_ties(seed)
+    targets = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    c = calibrate(x, y, far_targets=targets, opis=False)
+    i, j = np.triu_indices(len(y), k=1)
+    negative = y[i] != y[j]
+    for name, scores in _float32_scores(x).items():
+        neg = scores[i, j][negative]
+        assert neg.dtype == np.float32
+        for t in c.thresholds:
+            allowed = int(np.floor(t.target_far * len(neg) + 1e-9))
+            assert np.float32(t.threshold) == t.threshold  # a float32 value: both comparisons agree
+            assert np.count_nonzero(neg >= t.threshold) <= allowed, (name, t.target_far)
+            assert np.count_nonzero(neg.astype(np.float64) >= t.threshold) <= allowed, (name, t.target_far)
+            assert t.accepted_negative <= allowed
+
+
+@pytest.mark.parametrize("unit", [True, False])
+def test_score_margin_bounds_every_float32_score_and_stays_small(unit):
+    """The margin bounds |float32 score − the exact similarity counted| for every pair and way of scoring (rows as
+    given when unit length, else their float32 normalisation), and is within a few times D·2⁻²⁴."""
+    x, y = _near_ties(3, spread=1e-3)
+    if not unit:
+        x = x * np.linspace(0.5, 3.0, len(x), dtype=np.float32)[:, None]
+    c = calibrate(x, y, far_targets=(0.5,), opis=False)
+    scored = x if unit else (x / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    exact = normalize(x) @ normalize(x).T
+    worst = max(float(np.abs(s.astype(np.float64) - exact).max()) for s in _float32_scores(scored).values())
+    assert 0 < worst <= c.score_margin <= 3 * x.shape[1] * 2.0**-24
+
+
 @pytest.mark.parametrize(("bins", "exact"), [(256, False), (1024, True)])
 def test_f1_search_cut_by_the_budget_is_flagged_and_bounded(bins, exact):
     """A refinement budget of 200 pairs cuts the max-F1 search. At 256 bins the bins left out might hold a
     better threshold (flagged, with a bound); at 1024 bins their bound is below the F1 found, so it is exact."""
     x, y = _data(4)
-    _, best = _brute(x, y, (0.1,))
-    f = calibrate(x, y, far_targets=(0.1,), bins=bins, max_refine_pairs=200, opis=False).max_f1
+    _, best = _brute(x, y, (1e-3,), 0.0)
+    f = calibrate(x, y, far_targets=(1e-3,), bins=bins, max_refine_pairs=200, opis=False).max_f1
     assert f.exact is exact
     if exact:
         assert (f.f1, f.threshold) == best[:2] and f.f1_bound is None

@@ -1,0 +1,188 @@
+"""Index folders: writing one, and reading one back only after checking it.
+
+An index folder holds ``index.json`` (kind, storage, size, dimension, parameters, measured recall, the
+sha256 of the bundle model and of the checkpoint that built it, the model's embedding of a fixed probe input,
+and the size and sha256 of every data file),
+``paths.json`` (one path per row) and ``index.faiss`` or ``embeddings.pt``. :func:`read_index` checks each file
+against ``index.json`` and the loaded vectors against its size and dimension, so a damaged, truncated or
+swapped file is one clear :class:`~dmlplug.bundle.errors.BundleError` rather than a faiss or torch crash.
+:func:`check_built_by` refuses to search an index with a bundle whose model did not build it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.index import APPROXIMATE, ApproximateIndex, ExactIndex, faiss_module
+from dmlplug.bundle.integrity import check_file
+from dmlplug.files import write_json
+
+INDEX_FILE, PATHS_FILE = "index.json", "paths.json"
+#: The data file of each storage.
+DATA_FILES = {"faiss": "index.faiss", "torch": "embeddings.pt"}
+#: index.json keys that describe the folder rather than the index (kept out of ``index.info``).
+LAYOUT_KEYS = ("kind", "storage", "size", "dim", "files")
+REBUILD = "build it again: dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR"
+#: Largest coordinate gap between two models' embeddings of the probe input that still counts as the same
+#: weights: formats of one checkpoint differ by about 1e-6 (the export's verification), other weights by 1e-1.
+PROBE_TOLERANCE = 1e-3
+
+
+def save_index(index: ExactIndex | ApproximateIndex, folder: Path, built_by: dict[str, Any]) -> None:
+    """Write ``index`` into the (new, empty) ``folder``: its vectors, ``paths.json`` and ``index.json``.
+
+    Args:
+        index: The index.
+        folder: The folder (an :func:`~dmlplug.bundle.atomic.atomic_folder`).
+        built_by: Provenance for index.json: ``model_sha256`` and ``checkpoint_sha256`` of the bundle.
+    """
+    from dmlplug.bundle.integrity import file_digest
+
+    storage, data = index.files(folder)
+    write_json(folder / PATHS_FILE, index.paths)
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
+             for name in (data, PATHS_FILE)}
+    write_json(folder / INDEX_FILE, {"kind": index.kind, "storage": storage, "size": len(index.paths),
+                                     "dim": index.dim, **index.info, **built_by, "files": files})
+
+
+def read_index(folder: str | Path) -> ExactIndex | ApproximateIndex:
+    """Read an index folder written by ``dmlplug index``, checking every file first.
+
+    Raises:
+        BundleError: Not an index folder; ``index.json`` or ``paths.json`` unreadable or inconsistent; a data
+            file missing, of another size or sha256 than recorded, or unreadable; vectors of another count or
+            dimension than recorded; or a faiss index while faiss is not installed.
+    """
+    folder = Path(folder)
+    meta = _read_json(folder / INDEX_FILE, f"{folder} is not a readable index folder")
+    _check_layout(meta, folder)
+    files = meta.get("files") or {}  # indexes written before dmlplug recorded sizes and digests: not checked
+    paths = _read_json(folder / PATHS_FILE, f"the paths file of index {folder} is not readable",
+                       files.get(PATHS_FILE))
+    if not isinstance(paths, list) or len(paths) != meta["size"] or not all(isinstance(p, str) for p in paths):
+        raise BundleError(f"{folder / PATHS_FILE} does not list the {meta['size']} image paths index.json records",
+                          where=str(folder / PATHS_FILE), fix=REBUILD)
+    data = folder / DATA_FILES[meta["storage"]]
+    record = files.get(data.name) or {}
+    check_file(data, size=record.get("size"), sha256=record.get("sha256"), what="the index data file",
+               record="index.json", fix=REBUILD)
+    info = {key: value for key, value in meta.items() if key not in LAYOUT_KEYS}
+    index = _load_torch(data, meta, paths, info) if meta["storage"] == "torch" else _load_faiss(data, meta, paths,
+                                                                                                 info)
+    index.folder = folder
+    return index
+
+
+def check_built_by(index: Any, bundle: Any) -> None:
+    """Refuse an index that another model built: its vectors are not comparable with the bundle's.
+
+    Accepted: an index built by the bundle's own model file (same sha256), or by a model that embeds the
+    bundle's probe input (:meth:`~dmlplug.bundle.bundle.Bundle.probe`) alike within :data:`PROBE_TOLERANCE`,
+    i.e. the same weights in another format; an index of an older dmlplug without a probe when it records the
+    bundle's checkpoint; and an index that records nothing (built in memory from vectors).
+
+    Args:
+        index: The index (its ``info`` holds what index.json records).
+        bundle: The loaded :class:`~dmlplug.bundle.bundle.Bundle`.
+
+    Raises:
+        BundleError: The index was built by another model.
+    """
+    info = getattr(index, "info", {}) or {}
+    if not any(key in info for key in ("model_sha256", "probe", "checkpoint_sha256")):
+        return
+    if info.get("model_sha256") == bundle.model_sha256:
+        return
+    where = getattr(index, "folder", None) or "the index"
+    if info.get("probe") is not None:
+        recorded = np.asarray(info["probe"], dtype=np.float64)
+        ours = bundle.probe()
+        gap = float(np.abs(recorded - ours).max()) if recorded.shape == ours.shape else float("inf")
+        if gap <= PROBE_TOLERANCE:
+            return
+        why = f"the bundle embeds the index's probe input {gap:.3g} away from the model that built it"
+    elif info.get("checkpoint_sha256") == bundle.manifest["source"]["checkpoint_sha256"]:
+        return
+    else:
+        why = "it records another model and another checkpoint"
+    raise BundleError(f"the index {where} was built by another model than the bundle {bundle.path} loads ({why}); "
+                      "its vectors are not comparable with the bundle's", where=str(where),
+                      fix=f"build the index with this bundle: dmlplug index {bundle.path} IMAGES_DIR --out INDEX_DIR")
+
+
+def _read_json(path: Path, problem: str, record: dict[str, Any] | None = None) -> Any:
+    if record:
+        check_file(path, size=record.get("size"), sha256=record.get("sha256"), what="the index file",
+                   record="index.json", fix=REBUILD)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{problem}: it has no {path.name}", where=str(path.parent), fix=REBUILD) from None
+    except (OSError, ValueError) as exc:  # a folder, no permission, truncated or not JSON
+        raise BundleError(f"{problem}: {path.name}: {exc}", where=str(path), fix=REBUILD) from None
+
+
+def _check_layout(meta: Any, folder: Path) -> None:
+    """``index.json`` has the keys and types this dmlplug writes."""
+    problem = None
+    if not isinstance(meta, dict):
+        problem = "it is not a JSON object"
+    elif meta.get("kind") not in ("exact", *APPROXIMATE) or meta.get("storage") not in DATA_FILES:
+        problem = f"kind {meta.get('kind')!r} / storage {meta.get('storage')!r} is not one dmlplug writes"
+    elif not all(isinstance(meta.get(key), int) and meta[key] >= (key == "dim") for key in ("size", "dim")):
+        problem = f"size {meta.get('size')!r} / dim {meta.get('dim')!r} are not counts"
+    elif meta["kind"] in APPROXIMATE and meta["storage"] != "faiss":
+        problem = f"an {meta['kind']} index must be stored by faiss"
+    if problem:
+        raise BundleError(f"{folder / INDEX_FILE} is not an index description: {problem}",
+                          where=str(folder / INDEX_FILE), fix=REBUILD)
+
+
+def _mismatch(data: Path, found: str, meta: dict[str, Any]) -> BundleError:
+    return BundleError(f"the index data file {data} holds {found}, but index.json records a {meta['kind']} index "
+                       f"of {meta['size']} {meta['dim']}-d vectors", where=str(data), fix=REBUILD)
+
+
+def _load_torch(data: Path, meta: dict[str, Any], paths: list[str], info: dict[str, Any]) -> ExactIndex:
+    import torch
+
+    try:
+        vectors = torch.load(data, weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, EOFError, pickle and zip errors for a damaged file
+        raise BundleError(f"the index data file {data} cannot be read: {type(exc).__name__}: {exc}",
+                          where=str(data), fix=REBUILD) from None
+    if not isinstance(vectors, torch.Tensor) or vectors.dtype != torch.float32 or tuple(vectors.shape) != (
+            meta["size"], meta["dim"]):
+        shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
+        raise _mismatch(data, f"{shape}", meta)
+    return ExactIndex(vectors.numpy(), paths, info)
+
+
+def _load_faiss(data: Path, meta: dict[str, Any], paths: list[str],
+                info: dict[str, Any]) -> ExactIndex | ApproximateIndex:
+    faiss = faiss_module()
+    if faiss is None:
+        raise BundleError(f"the index in {data.parent} is a faiss index and faiss is not installed",
+                          where=str(data.parent), fix="pip install faiss-cpu")
+    try:
+        stored = faiss.read_index(str(data))
+    except RuntimeError as exc:  # faiss's C++ errors: truncated, not an index
+        raise BundleError(f"the index data file {data} cannot be read by faiss: {str(exc).splitlines()[-1]}",
+                          where=str(data), fix=REBUILD) from None
+    kinds = {"exact": faiss.IndexFlat, "ivf": faiss.IndexIVF, "hnsw": faiss.IndexHNSW}
+    if (not isinstance(stored, kinds[meta["kind"]]) or stored.ntotal != meta["size"] or stored.d != meta["dim"]
+            or stored.metric_type != faiss.METRIC_INNER_PRODUCT):
+        raise _mismatch(data, f"a {type(stored).__name__} of {stored.ntotal} {stored.d}-d vectors", meta)
+    if meta["kind"] == "exact":
+        return ExactIndex(stored.reconstruct_n(0, stored.ntotal), paths, info)
+    if meta["kind"] == "ivf":
+        stored.nprobe = int(meta.get("nprobe", stored.nprobe))
+    else:
+        stored.hnsw.efSearch = int(meta.get("efSearch", stored.hnsw.efSearch))
+    return ApproximateIndex(stored, meta["kind"], paths, info)
