@@ -4,6 +4,7 @@ Two commands, each resumable::
 
     python studies/glyphs_oodml.py run study      # extractor, splits, five sweeps, few-shot (hours on 2 cores)
     python studies/glyphs_oodml.py page study     # regenerate docs/results/glyphs-oodml.md and its figure
+    python studies/glyphs_oodml.py page --from-numbers   # the same from the committed .json (no study directory)
 
 ``run`` only issues ``dmlplug`` commands (printed, and logged with their wall time in ``OUT/study.json``):
 
@@ -238,15 +239,24 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--fewshot-option", dest="fewshot_options", action="append", default=[],
                      help="extra option of `dmlplug fewshot`")
     page = commands.add_parser("page", help="regenerate the results page from a study directory")
-    page.add_argument("out", type=Path, help="study directory")
+    page.add_argument("out", type=Path, nargs="?", help="study directory")
     page.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "glyphs-oodml.md")
+    page.add_argument("--from-numbers", action="store_true",
+                      help="render the page and figure again from the numbers kept beside the page (its .json) "
+                           "instead of collecting them from a study directory")
     args = parser.parse_args(argv)
+    if args.command == "page" and (args.out is None) != args.from_numbers:
+        parser.error("page needs a study directory, or --from-numbers without one")
     if args.command == "run":
         settings = StudySettings(args.out, methods=args.methods, seeds=args.seeds, num_splits=args.num_splits,
                                  episodes=args.episodes, overrides=args.overrides,
                                  extractor_overrides=args.extractor_overrides, split_options=args.split_options,
                                  fewshot_options=args.fewshot_options)
         Study(settings).run()
+    elif args.from_numbers:
+        from glyphs_oodml_page import write_page_from_numbers
+
+        print(f"wrote {', '.join(map(str, write_page_from_numbers(args.page)))}")
     else:
         from glyphs_oodml_page import write_page
 

@@ -67,6 +67,8 @@ def protocol(study: Path, settings: dict[str, Any]) -> dict[str, Any]:
     return {"families": dataset["families"], "num_classes": dataset["num_classes"],
             "images_per_class": dataset["images_per_class"], "image_size": recipe["data"]["image_size"],
             "batch_size": recipe["data"]["batch_size"], "epochs": recipe["run"]["epochs"],
+            # Whether the untrained model was evaluated (and so a candidate for the few-shot base's best epoch).
+            "initial_evaluation": bool(recipe.get("evaluation", {}).get("initial", True)),
             "backbone": recipe["backbone"].get("model", recipe["backbone"]["name"]),
             "embedding_size": head.get("embedding_size") or sum(head["heads"].values()),
             "overrides": settings["overrides"]}
