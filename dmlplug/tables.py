@@ -103,8 +103,10 @@ class TableOf:
                 # the outer path before the whole message.
                 return validate_table(self.kind, value, where=info.field_name, registry=context.get("registry"))
             except DmlplugError as exc:
-                # pydantic reports a ValueError at the field's path, like any other invalid value.
-                raise ValueError(exc.what) from None
+                # pydantic reports a ValueError at the field's path, like any other invalid value. The nested
+                # table's fix rides along ("; fix: ..."): DmlplugError moves it out of the outer message, where
+                # it replaces the outer component's more general fix.
+                raise ValueError(f"{exc.what}; fix: {exc.fix}" if exc.fix else exc.what) from None
 
         def serialize(table: ComponentTable, info: core_schema.SerializationInfo) -> dict[str, Any]:
             return table.to_dict(mode=info.mode)

@@ -8,6 +8,10 @@ Layout (every size in pixels, see :func:`cell_box`): two title lines, then rows 
 two caption lines under it. The query's frame is :data:`QUERY`, a neighbour's :data:`CORRECT` (green) when it
 has the query's label and :data:`WRONG` (red) otherwise. A gap separates the query column from the
 neighbours.
+
+Text is drawn through a :class:`~dmlplug.evaluation.picture_text.FontChain`, so class names in any script
+an installed font covers show their glyphs; a name no installed font can draw shows its class index
+(:func:`caption`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from dmlplug.evaluation.picture_text import FontChain, default_chain
 
 #: Frame colours (RGB): a neighbour of the query's class, of another class, and the query itself.
 CORRECT = (0, 160, 0)
@@ -47,24 +53,27 @@ def cell_box(row: int, column: int, thumb: int) -> tuple[int, int, int, int]:
     return left, top, left + side, top + side
 
 
-def render_grid(rows: Sequence[Sequence[Cell]], *, title: str, thumb: int = 64) -> Any:
+def render_grid(rows: Sequence[Sequence[Cell]], *, title: str, thumb: int = 64, fonts: FontChain | None = None
+                ) -> Any:
     """Draw ``rows`` of cells (the first of each is the query) as an RGB ``PIL.Image.Image``.
 
     Args:
         rows: Rows of cells; the first cell of a row is the query.
         title: Up to two lines (separated by a newline), cut to the picture's width.
         thumb: Side of a thumbnail in pixels.
+        fonts: The fonts of the text (default: :func:`~dmlplug.evaluation.picture_text.default_chain`).
     """
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
+
+    fonts = fonts or default_chain()
 
     columns = max((len(r) for r in rows), default=1)
     right = cell_box(0, max(columns - 1, 0), thumb)[2] + PAD
     bottom = cell_box(max(len(rows) - 1, 0), 0, thumb)[3] + 2 * LINE + PAD
     canvas = Image.new("RGB", (max(right, 360), bottom), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
-    font = ImageFont.load_default()
     for i, line in enumerate(title.split("\n")[:2]):
-        draw.text((PAD, 2 + i * LINE), _fit(draw, font, line, canvas.width - 2 * PAD), fill=TEXT, font=font)
+        fonts.draw(draw, (PAD, 2 + i * LINE), _fit(draw, fonts, line, canvas.width - 2 * PAD), fill=TEXT)
     for r, cells in enumerate(rows):
         for c, cell in enumerate(cells):
             left, top, right_edge, bottom_edge = cell_box(r, c, thumb)
@@ -75,32 +84,43 @@ def render_grid(rows: Sequence[Sequence[Cell]], *, title: str, thumb: int = 64) 
             canvas.paste(image, (left + BORDER + (thumb - image.width) // 2,
                                  top + BORDER + (thumb - image.height) // 2))
             for i, line in enumerate(cell.lines[:2]):
-                draw.text((left, bottom_edge + 1 + i * LINE), _fit(draw, font, line, right_edge - left),
-                          fill=TEXT, font=font)
+                fonts.draw(draw, (left, bottom_edge + 1 + i * LINE), _fit(draw, fonts, line, right_edge - left),
+                           fill=TEXT)
     return canvas
 
 
 def retrieval_cells(rows: Sequence[Any], load_image: Callable[[int], Any], class_name: Callable[[int], str],
-                    ap_name: str = "AP") -> list[list[Cell]]:
+                    ap_name: str = "AP", fonts: FontChain | None = None) -> list[list[Cell]]:
     """Cells of :class:`~dmlplug.evaluation.pictures.RetrievedRow` rows: query (label, AP), then neighbours.
 
     Args:
         rows: The retrieved rows.
         load_image: Item index -> RGB PIL image (untransformed).
-        class_name: Label -> the name shown.
+        class_name: Label -> the name shown (see :func:`caption`).
         ap_name: Name of the per-query metric shown under the query.
+        fonts: The fonts the grid is drawn with (default: the installation's).
     """
+    fonts = fonts or default_chain()
+
+    def name(label: int) -> str:
+        return caption(class_name(label), label, fonts)
+
     out = []
     for row in rows:
-        cells = [Cell(load_image(row.query), (class_name(row.label), f"{ap_name} {row.ap:.3f}"), QUERY)]
+        cells = [Cell(load_image(row.query), (name(row.label), f"{ap_name} {row.ap:.3f}"), QUERY)]
         for item, label, similarity, correct in zip(row.neighbours, row.labels, row.similarities, row.correct,
                                                     strict=True):
             colour = CORRECT if correct else WRONG
             # A wrong neighbour also names its class: what the model confused the query with.
-            caption = (f"{similarity:.3f}", "" if correct else class_name(label))
-            cells.append(Cell(load_image(item), caption, colour))
+            lines = (f"{similarity:.3f}", "" if correct else name(label))
+            cells.append(Cell(load_image(item), lines, colour))
         out.append(cells)
     return out
+
+
+def caption(name: str, label: int, fonts: FontChain) -> str:
+    """``name`` when ``fonts`` can draw all of it, else ``"class <label>"``: an index, never empty boxes."""
+    return name if fonts.covers(name) else f"class {label}"
 
 
 def _thumbnail(image: Any, thumb: int) -> Any:
@@ -114,10 +134,10 @@ def _thumbnail(image: Any, thumb: int) -> Any:
     return image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
 
 
-def _fit(draw: Any, font: Any, text: str, width: int) -> str:
+def _fit(draw: Any, fonts: FontChain, text: str, width: int) -> str:
     """``text`` cut (with ``...``) to at most ``width`` pixels."""
-    if draw.textlength(text, font=font) <= width:
+    if fonts.width(draw, text) <= width:
         return text
-    while text and draw.textlength(text + "...", font=font) > width:
+    while text and fonts.width(draw, text + "...") > width:
         text = text[:-1]
     return text + "..."

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dmlplug.errors import ComponentError, RecipeError, did_you_mean
+from dmlplug.errors import ComponentError, DmlplugError, RecipeError, did_you_mean
 from dmlplug.needs import EngineNeeds
 from dmlplug.params import NoParams, Params
 from dmlplug.recipe.capabilities import check_capabilities, collect_needs
 from dmlplug.recipe.checks import check_recipe
-from dmlplug.recipe.overrides import apply_overrides, interpolate, set_path
+from dmlplug.recipe.overrides import apply_overrides, blame_override, interpolate, set_path
 from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
 from dmlplug.registry import ComponentInfo, format_validation_error, singular
 from dmlplug.tables import ComponentTable, drop_none, validate_table
@@ -151,7 +151,17 @@ def load_recipe(
     """
     raw, where = _read(source)
     apply_overrides(raw, overrides)
-    raw = interpolate(raw, os.environ if environ is None else environ, where)
+    try:
+        return _validate(raw, where, registry, os.environ if environ is None else environ)
+    except DmlplugError as exc:
+        # An error about a key that an override set points at the override, not at the recipe file.
+        blame_override(exc, overrides)
+        raise
+
+
+def _validate(raw: dict[str, Any], where: str, registry: Any, environ: Any) -> ValidatedRecipe:
+    """Interpolate and validate the overridden raw recipe (:func:`load_recipe` after reading it)."""
+    raw = interpolate(raw, environ, where)
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:

@@ -54,6 +54,19 @@ def test_readme_install_command_runs_the_quickstart():
     assert any("pip install" in b and "dmlplug run recipes/quickstart.toml" in b for b in blocks)
 
 
+def test_readme_tour_shows_the_quickstart_recipe():
+    """The recipe of the README's "A short tour" is recipes/quickstart.toml: every key and value (comments aside)."""
+    import tomllib
+
+    tour = (ROOT / "README.md").read_text().split("## A short tour", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```toml\n(.*?)```", tour, flags=re.S)
+    assert block is not None, "the README's tour shows no TOML recipe"
+    assert block.group(1).startswith("# recipes/quickstart.toml\n")
+    quickstart = tomllib.loads((ROOT / "recipes" / "quickstart.toml").read_text())
+    assert tomllib.loads(block.group(1)) == quickstart, (
+        "README.md's tour recipe and recipes/quickstart.toml differ: copy the recipe into the README")
+
+
 def test_all_packages_on_disk_are_packaged():
     import tomllib
 

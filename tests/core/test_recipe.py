@@ -1,5 +1,5 @@
 import pytest
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dmlplug import Params
 from dmlplug.errors import ComponentError, RecipeError
@@ -170,3 +170,102 @@ def test_one_formatter_for_recipe_sections_and_component_params(tmp_path):
         load_recipe(write(tmp_path, BASE.replace('name = "triplet"\nmargin = 0.3', 'name = "sized"')),
                     registry=reg, environ={})
     assert "loss.size: missing (required)" in str(err.value)  # component params use the same wording
+
+
+# ------------------------------------------------------------------------------------------ where: the override (#26)
+
+
+@pytest.mark.parametrize(("override", "error"), [
+    ("loss.margin=abc", RecipeError),  # a component's parameter of the wrong type
+    ("run.epochs=abc", RecipeError),  # a recipe key of the wrong type
+    ("loss.name=triplett", ComponentError),  # an unknown component
+    ("loss.size=3", RecipeError),  # a key the component does not take
+])
+def test_an_error_about_an_overridden_key_names_the_override(tmp_path, override, error):
+    with pytest.raises(error) as info:
+        load_recipe(write(tmp_path, BASE), [override], registry=_registry(), environ={})
+    assert info.value.where.startswith(f"--set {override} ("), info.value.where
+    assert f"where: --set {override}" in str(info.value)  # the printed message follows
+
+
+def test_the_place_the_error_named_follows_the_override(tmp_path):
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, BASE), ["loss.margin=abc"], registry=_registry(), environ={})
+    assert info.value.where == "--set loss.margin=abc (loss)"
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, BASE), ["run.epochs=abc"], registry=_registry(), environ={})
+    assert info.value.where == f"--set run.epochs=abc ({tmp_path / 'r.toml'})"
+
+
+def test_an_override_of_a_whole_table_or_list_item_is_named(tmp_path):
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, BASE), ["loss={name = 'triplet', margin = -1}"], registry=_registry(),
+                    environ={})
+    assert info.value.where.startswith("--set loss={name = 'triplet', margin = -1} (")
+    text = BASE + '\n[[regularizers]]\nname = "nir"\n'
+    text = text.replace('name = "triplet"\nmargin = 0.3', 'name = "proxy_anchor"')
+    with pytest.raises(RecipeError) as info:  # a list index written either way
+        load_recipe(write(tmp_path, text), ["regularizers.0.weight=x"], registry=_registry(), environ={})
+    assert info.value.where.startswith("--set regularizers.0.weight=x (")
+
+
+def test_dict_overrides_as_dmlplug_run_passes_them_are_named_as_typed(tmp_path):
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, BASE), {"loss.margin": "abc", "run.epochs": 3}, registry=_registry(),
+                    environ={})
+    assert info.value.where == "--set loss.margin=abc (loss)"
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, BASE), {"run.name": "x", "data.batch_size": [1, "a"]}, registry=_registry(),
+                    environ={})
+    assert info.value.where.startswith('--set data.batch_size=[1, "a"] (')
+
+
+def test_an_error_the_overrides_did_not_cause_keeps_its_place(tmp_path):
+    with pytest.raises(RecipeError) as info:  # the file's loss.margin, not the overridden run.epochs
+        load_recipe(write(tmp_path, BASE.replace("margin = 0.3", "margin = -1")), ["run.epochs=3", "loss.weight=2"],
+                    registry=_registry(), environ={})
+    assert info.value.where == "loss"
+    with pytest.raises(RecipeError) as info:  # a sibling key of the same table is not to blame either
+        load_recipe(write(tmp_path, BASE.replace("margin = 0.3", "margn = 1")), ["loss.margin=0.5"],
+                    registry=_registry(), environ={})
+    assert info.value.where == "loss"
+
+
+class Ordered(Params):
+    low: float = Field(0.0, description="l")
+    high: float = Field(1.0, description="h")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Ordered":
+        if self.low >= self.high:
+            raise ValueError("low must be below high")
+        return self
+
+
+def test_a_check_of_a_whole_table_names_the_override_that_changed_it(tmp_path):
+    reg = _registry()
+    reg.register_callback("losses", "t")("ordered", lambda p, c: None, params=Ordered)
+    text = BASE.replace('name = "triplet"\nmargin = 0.3', 'name = "ordered"')
+    with pytest.raises(RecipeError, match="loss: low must be below high") as info:
+        load_recipe(write(tmp_path, text), ["loss.low=2"], registry=reg, environ={})
+    assert info.value.where == "--set loss.low=2 (loss)"
+    # A check across sections (the selection metric against the evaluators) is not about the overridden key.
+    text = BASE + '\n[[evaluators]]\nname = "recall"\nk = [1]\n[evaluation]\nmetric = "recall@1"\n'
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, text), ["evaluators.0.k=[2]"], registry=_registry(), environ={})
+    assert info.value.where.endswith("r.toml: [evaluation] metric")
+
+
+def test_malformed_overrides_name_themselves(tmp_path):
+    cases = {"run.epochs": "not of the form", "regularizers.3.weight=2": "index 3 does not exist",
+             "run.epochs.x=1": "not a table", "=1": "empty override key"}
+    for override, phrase in cases.items():
+        with pytest.raises(RecipeError, match=phrase) as info:
+            load_recipe(write(tmp_path, BASE), [override], registry=_registry(), environ={})
+        assert info.value.where == f"--set {override}"
+
+
+def test_an_unset_variable_in_an_override_names_the_override(tmp_path):
+    with pytest.raises(RecipeError, match="NOPE is not set") as info:
+        load_recipe(write(tmp_path, BASE), ["data.dataset.root=${NOPE}"], registry=_registry(), environ={})
+    assert info.value.where == f"--set data.dataset.root=${{NOPE}} ({tmp_path / 'r.toml'}: data.dataset.root)"

@@ -121,6 +121,21 @@ def test_frames_are_green_for_the_query_class_and_red_otherwise(tmp_path):
             assert _pixel(image, row, column, centre, centre) == (_grey(item),) * 3, (row, column)  # the image
 
 
+def test_class_names_in_other_scripts_are_drawn_not_as_empty_boxes(tmp_path):
+    # Pillow's default font drew every Cyrillic letter as the same box: two names of the same length gave the
+    # same picture (#26). tests/evaluation/test_picture_text.py checks the glyphs script by script.
+    def worst(names, folder):
+        source = _source()
+        source.class_names = names
+        written = write_pictures(_context(), source, tmp_path / folder, epoch=0, split="test", queries=2, k=3,
+                                 seed=0)
+        with Image.open(written["worst"]) as png:
+            return np.asarray(png.convert("L"))
+
+    # Both rows' queries are of class 0, the outlier's neighbours of class 2: the names differ in class 0 only.
+    assert not np.array_equal(worst(["Ёлка", "Жаба", "Чай"], "a"), worst(["Ёжик", "Жаба", "Чай"], "b"))
+
+
 def test_a_source_without_pil_images_is_skipped_and_logged(tmp_path, caplog):
     class Features:
         labels = np.array(LABELS)
