@@ -1,7 +1,8 @@
 """``dmlplug doctor``: what this installation can do, and what is broken, in one screen.
 
 Checks torch (and that torchvision matches it), CUDA and the GPUs, the faiss flavour (CPU or GPU build),
-pytorch-metric-learning, timm, TensorBoard and record-keeper, and every plugin with its load error.
+pytorch-metric-learning, timm, TensorBoard and record-keeper, onnx and onnxruntime (bundles), every plugin with
+its load error, and every component name that two plugins register.
 Each check is ``ok``, ``warn`` (works, with a limitation) or ``fail`` (something a recipe may need is
 broken); the command exits with status 1 when any check fails.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import platform
+import re
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -79,15 +81,40 @@ def _faiss_check() -> Check:
     return Check("faiss", "ok", f"{version}, CPU build (GPU kNN uses the torch backend)")
 
 
-def _package_check(name: str, module: str, dist: str, purpose: str, required: bool) -> Check:
+def _package_check(name: str, module: str, dist: str, purpose: str, required: bool,
+                   install: str | None = None, minimum: str | None = None) -> Check:
+    """Installed, importable, and (with ``minimum``) at least that version; ``install`` is the command to fix it."""
+    install = install or f"pip install {dist}"
     if importlib.util.find_spec(module) is None:
-        return Check(name, "fail" if required else "warn", f"not installed ({purpose} unavailable)",
-                     f"pip install {dist}")
+        return Check(name, "fail" if required else "warn", f"not installed ({purpose} unavailable)", install)
     try:
         importlib.import_module(module)
     except Exception as exc:
         return Check(name, "fail", f"installed but fails to import ({_short(exc)})", f"pip install -U {dist}")
-    return Check(name, "ok", _version(dist) or "installed")
+    version = _version(dist)
+    if minimum and version and _release(version) < _release(minimum):
+        return Check(name, "fail" if required else "warn", f"{version}: older than {minimum}, the oldest "
+                     f"supported ({purpose} may fail)", f"pip install -U '{dist}>={minimum}'")
+    return Check(name, "ok", version or "installed")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version (``"1.18.0rc1"`` -> ``(1, 18, 0)``), enough to compare with a minimum."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+#: The ``export`` extra of pyproject.toml (ONNX bundles, docs/bundle.md): distribution -> oldest supported version.
+EXPORT_PACKAGES = {"onnx": "1.16", "onnxruntime": "1.18"}
+
+
+def _onnx_checks() -> list[Check]:
+    """The ONNX packages of bundles: ``onnx`` writes ``model.onnx``, ``onnxruntime`` runs it (embed, search)."""
+    from dmlplug.bundle.errors import ONNX_INSTALL
+
+    purposes = {"onnx": "ONNX export of bundles", "onnxruntime": "running ONNX bundles"}
+    return [_package_check(dist, dist, dist, purposes[dist], required=False, install=ONNX_INSTALL,
+                           minimum=minimum) for dist, minimum in EXPORT_PACKAGES.items()]
 
 
 #: The pytorch-metric-learning major versions the built-in adapters are written and tested for.
@@ -115,13 +142,24 @@ def _plugin_checks(host: Any) -> list[Check]:
             checks.append(Check(f"plugin {record.name}", "fail", f"{origin}: LOAD ERROR: {record.error}",
                                 f"fix or uninstall {record.distribution or record.module}; "
                                 f"or set DMLPLUG_DISABLE_PLUGINS={record.name}"))
-        elif record.note:
-            checks.append(Check(f"plugin {record.name}", "warn", f"{origin}: {record.note}",
+        elif record.load_note:
+            checks.append(Check(f"plugin {record.name}", "warn", f"{origin}: {record.load_note}",
                                 f"remove {record.name} from DMLPLUG_DISABLE_PLUGINS"))
         elif not record.builtin:
             checks.append(Check(f"plugin {record.name}", "ok", f"{origin}: {', '.join(record.hooks)}"))
     builtins = [r for r in host.records.values() if r.builtin and not r.error]
     checks.insert(0, Check("built-in plugins", "ok", f"{len(builtins)} loaded"))
+    return checks + _clash_checks(host)
+
+
+def _clash_checks(host: Any) -> list[Check]:
+    # A name two plugins register: every recipe that names it fails (the rest of both plugins works).
+    from dmlplug.registry import singular
+
+    checks = []
+    for kind, key, _ in host.registry.clash_list():
+        error = host.registry.clash_error(kind, key)
+        checks.append(Check(f"{singular(kind)} {key!r}", "fail", f"name clash: {error.what}", error.fix or ""))
     return checks
 
 
@@ -139,6 +177,7 @@ def diagnose(host: Any = None) -> list[Check]:
                                  required=False))
     checks.append(_package_check("record-keeper", "record_keeper", "record-keeper", "the record_keeper logger",
                                  required=False))
+    checks += _onnx_checks()
     if host is None:
         from dmlplug.plugins import get_host
 

@@ -6,7 +6,30 @@ The same model drives recipe validation, ``dmlplug list --params`` and the gener
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
+
+#: The fewest classes the training split (a pair loss needs a negative, from another class) and every evaluated
+#: split (with one class every neighbour is of the query's class: recall 1.0 before training) may have, and the
+#: fewest a batch must hold when the loss learns from pairs. ``dmlplug validate`` checks it where the recipe
+#: tells (:meth:`Params.split_sizes`, :meth:`Params.per_class_in_batch`), the run once the data is built
+#: (:func:`dmlplug.data.splits.check_split_sizes`).
+MIN_SPLIT_CLASSES = 2
+
+
+@dataclass(frozen=True)
+class SplitSize:
+    """The size of one split of a dataset as its parameters tell it (:meth:`Params.split_sizes`).
+
+    Attributes:
+        classes: Number of classes in the split.
+        min_images: Images of the split's smallest class; ``None`` when the parameters cannot tell.
+    """
+
+    classes: int
+    min_images: int | None = None
 
 
 class Params(BaseModel):
@@ -19,6 +42,20 @@ class Params(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a field named like one of Params' methods: it would replace the declaration the host calls.
+
+        pydantic only warns, and the warning surfaces in every command of every user; a plugin author should
+        see it once, as an error, when the class is defined.
+        """
+        super().__pydantic_init_subclass__(**kwargs)
+        methods = {name for name, value in vars(Params).items() if callable(value) and not name.startswith("_")}
+        clashes = sorted(methods & set(cls.model_fields))
+        if clashes:
+            raise TypeError(f"{cls.__qualname__}: field(s) {', '.join(clashes)} would replace the Params method(s) "
+                            "of the same name that dmlplug calls; rename the field(s)")
 
     def extra_requires(self) -> tuple[str, ...]:
         """Requirements that depend on parameter values, added to the registered ``requires``.
@@ -60,12 +97,37 @@ class Params(BaseModel):
         """
         return False
 
+    def split_sizes(self) -> dict[str, SplitSize] | None:
+        """Datasets: the size of every split the built dataset will have, judged from the parameters alone.
+
+        Keys are the split names (``"train"``, ``"test"``, and ``"val"`` exactly when there is a validation
+        split). ``dmlplug validate`` refuses a training split or an evaluated split (``test``, and ``val`` with
+        ``[evaluation] split = "val"``) of fewer than two classes (:data:`MIN_SPLIT_CLASSES`),
+        and warns when the sampler takes more images of a class per batch than the smallest training class has.
+        The default ``None`` says the data decides: the run checks the minimum right after building the
+        dataset, before training. ``dmlplug.testing.check_dataset`` compares a declaration with the built splits.
+        """
+        return None
+
     def batch_size_multiple(self) -> int:
         """Samplers: the training batch size must be a multiple of this (``m_per_class``: ``m``).
 
         ``dmlplug validate`` checks ``[data] batch_size`` against it; the default ``1``: any size.
         """
         return 1
+
+    def per_class_in_batch(self) -> int | None:
+        """Samplers: how many samples of a class a batch takes at a time (``m_per_class``: ``m``).
+
+        A batch then holds at most ``batch_size // per_class_in_batch()`` classes. ``dmlplug validate`` refuses a
+        batch of one class when the loss compares the samples of a batch with each other (a loss without the
+        ``proxies`` tag, or any miner: without a second class there is no negative pair), and warns when it
+        is larger than the smallest training class (the dataset's :meth:`split_sizes`), whose images then repeat
+        in every batch that holds it. The default ``None`` declares a sampler that does not group samples
+        by class (``random``), about which nothing is checked. ``dmlplug.testing.check_sampler`` checks that
+        every class of every batch has a multiple of this many samples.
+        """
+        return None
 
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
         """Trainable components: the names of the optimizer parameter groups the built component has.

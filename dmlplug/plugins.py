@@ -27,7 +27,6 @@ from typing import Any
 import pluggy
 
 from dmlplug import hookspecs
-from dmlplug.errors import PluginError
 from dmlplug.registry import KINDS, Registry
 
 ENTRY_POINT_GROUP = "dmlplug"
@@ -70,7 +69,12 @@ class PluginRecord:
     builtin: bool = False
     hooks: list[str] = field(default_factory=list)
     error: str | None = None
+    #: What ``dmlplug plugins`` says about a plugin that works: :attr:`load_note` and :attr:`clashes`, joined.
     note: str | None = None
+    #: Why the plugin was loaded against ``DMLPLUG_DISABLE_PLUGINS`` (an essential plugin).
+    load_note: str | None = None
+    #: One sentence per name this plugin registers that another plugin registers too (recipes naming it fail).
+    clashes: list[str] = field(default_factory=list)
 
 
 class PluginHost:
@@ -103,8 +107,8 @@ class PluginHost:
                 record = PluginRecord(name=name, module=module_name, builtin=True,
                                       distribution="dmlplug", version=_dist_version("dmlplug"))
                 if asked_off:
-                    record.note = ("essential (the recipe defaults name its components): DMLPLUG_DISABLE_PLUGINS "
-                                   "cannot disable it; remove it from that variable")
+                    record.load_note = ("essential (the recipe defaults name its components): "
+                                        "DMLPLUG_DISABLE_PLUGINS cannot disable it; remove it from that variable")
                 self._import_and_register(record, lambda m=module_name: importlib.import_module(m))
         if entry_points:
             only = _env_list("DMLPLUG_LOAD_PLUGINS")
@@ -145,16 +149,32 @@ class PluginHost:
             record.error = f"implements an unknown hook: {exc}"
 
     def fill_registry(self) -> None:
-        """(Re)build the registry by calling every plugin's registration hooks, one plugin at a time."""
-        self.registry = Registry()
+        """(Re)build the registry by calling every plugin's registration hooks, one plugin at a time.
+
+        Nothing a plugin registers stops the others or any command: an invalid registration (params that are no
+        ``Params`` model) is that plugin's load error, and a name two plugins register is a clash, noted on
+        both records and refused only to the recipes that name it (:meth:`Registry.clash_error`).
+        """
+        self.registry = Registry(origins={name: _origin(r) for name, r in self.records.items()},
+                                 essential=ESSENTIAL_PLUGINS)
         for kind in KINDS:
             def arguments(plugin: str, kind: str = kind) -> dict[str, Any]:
                 return {"register": self.registry.register_callback(kind, plugin)}
 
-            # Duplicate names are a configuration error of the installed set of plugins: reported loudly
-            # (PluginError propagates), not hidden as a load error of one of them.
-            self.call_each(f"register_{kind}", arguments, reraise=(PluginError,))
+            self.call_each(f"register_{kind}", arguments)
         self.registry.load_errors = self.load_errors
+        self._note_clashes()
+
+    def _note_clashes(self) -> None:
+        for record in self.records.values():
+            record.clashes = []
+        for kind, key, infos in self.registry.clash_list():
+            error = self.registry.clash_error(kind, key)
+            for plugin in dict.fromkeys(info.plugin for info in infos):
+                if plugin in self.records:
+                    self.records[plugin].clashes.append(f"CLASH: {error.what}; fix: {error.fix}")
+        for record in self.records.values():
+            record.note = "; ".join(n for n in (record.load_note, *record.clashes) if n) or None
 
     def call_each(self, hook: str, arguments: Callable[[str], dict[str, Any]],
                   reraise: tuple[type[BaseException], ...] = (),
@@ -220,6 +240,12 @@ def get_host(*, reload: bool = False) -> PluginHost:
     if _HOST is None or reload:
         _HOST = PluginHost().load()
     return _HOST
+
+
+def _origin(record: PluginRecord) -> str:
+    # "dmlplug-x 1.0" or "dmlplug 0.1.0, built-in": how messages name where a plugin comes from.
+    origin = f"{record.distribution} {record.version}".strip()
+    return f"{origin}, built-in" if record.builtin else origin
 
 
 def _env_list(var: str) -> set[str]:

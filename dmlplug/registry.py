@@ -234,12 +234,24 @@ def format_validation_error(exc: ValidationError, where: str, model: type[Params
 
 @dataclass
 class Registry:
-    """Per-kind tables of :class:`ComponentInfo`, filled by the plugin manager."""
+    """Per-kind tables of :class:`ComponentInfo`, filled by the plugin manager.
+
+    A name (or alias) registered by two components is a *clash*: the installation offers both, and a recipe
+    cannot say which one it means. The registry keeps the first one listed, records every claimant in
+    :attr:`clashes` and refuses to resolve the name (:meth:`get`), so only what names it fails: every other
+    component, and every command, keeps working (``dmlplug plugins`` and ``dmlplug doctor`` report the clash).
+    """
 
     _tables: dict[str, dict[str, ComponentInfo]] = field(default_factory=lambda: {k: {} for k in KINDS})
     _aliases: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     #: plugin name -> load error message, consulted to explain unknown names.
     load_errors: dict[str, str] = field(default_factory=dict)
+    #: kind -> clashing name or alias -> every component registered under it, in registration order.
+    clashes: dict[str, dict[str, list[ComponentInfo]]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    #: plugin name -> where it comes from (``"dmlplug-x 1.0"``), filled by the plugin host for messages.
+    origins: dict[str, str] = field(default_factory=dict)
+    #: Plugins that ``DMLPLUG_DISABLE_PLUGINS`` cannot disable, left out of the fixes suggested for a clash.
+    essential: frozenset[str] = frozenset()
 
     def register_callback(self, kind: str, plugin: str) -> Callable[..., None]:
         """The ``register`` callback handed to ``plugin``'s ``register_<kind>`` hook."""
@@ -272,10 +284,13 @@ class Registry:
         return register
 
     def add(self, info: ComponentInfo) -> None:
-        """Add one component.
+        """Add one component; a name or alias already taken becomes a clash (:attr:`clashes`), not an error.
+
+        A component whose own name clashes is reachable under none of its names; one whose alias clashes keeps
+        its name and its other aliases.
 
         Raises:
-            PluginError: The name (or an alias) is already taken, or the params are not a Params model.
+            PluginError: The params are not a Params model, or the factory is not callable.
         """
         if not (isinstance(info.params, type) and issubclass(info.params, Params)):
             raise PluginError(
@@ -285,28 +300,62 @@ class Registry:
         if not callable(info.factory):
             raise PluginError(f"{singular(info.kind)} {info.name!r}: factory is not callable",
                               where=f"plugin {info.plugin!r}")
-        table, aliases = self._tables[info.kind], self._aliases[info.kind]
+        table, aliases, clashes = self._tables[info.kind], self._aliases[info.kind], self.clashes[info.kind]
+        free = []
         for key in (info.name, *info.aliases):
-            owner = table[key].plugin if key in table else (
-                table[aliases[key]].plugin if key in aliases else None)
-            if owner is not None:
-                raise PluginError(
-                    f"duplicate {singular(info.kind)} name {key!r}: registered by plugin {owner!r} "
-                    f"and again by plugin {info.plugin!r}",
-                    fix="uninstall or disable one of the two plugins (DMLPLUG_DISABLE_PLUGINS=name)",
-                )
+            owner = table[key] if key in table else table[aliases[key]] if key in aliases else None
+            if key in clashes:
+                clashes[key].append(info)
+            elif owner is not None:
+                clashes[key] = [owner, info]
+            else:
+                free.append(key)
+        if info.name not in free:
+            return  # the aliases map to the name, which is another component's (or nobody's) now
         table[info.name] = info
-        for alias in info.aliases:
+        for alias in free[1:]:
             aliases[alias] = info.name
+
+    def clash_error(self, kind: str, key: str) -> ComponentError:
+        """The error of a name that several plugins register: who registers it, and how to keep one of them."""
+        claimants = self.clashes[normalize_kind(kind)][key]
+        plugins = list(dict.fromkeys(info.plugin for info in claimants))
+        named = " and ".join(f"plugin {p!r}" + (f" ({self.origins[p]})" if self.origins.get(p) else "")
+                             for p in plugins)
+        what = f"{singular(kind)} name {key!r} is registered by {named}"
+        if len(plugins) == 1:
+            return ComponentError(what + " twice", where=f"plugin {plugins[0]!r}",
+                                  fix=f"report this to the plugin's author; DMLPLUG_DISABLE_PLUGINS={plugins[0]} "
+                                      "disables the plugin")
+        # Keeping one means disabling the others, which an essential plugin cannot be.
+        options = []
+        for keep in plugins:
+            others = [p for p in plugins if p != keep]
+            if not self.essential.intersection(others):
+                options.append(f"DMLPLUG_DISABLE_PLUGINS={','.join(others)} to use plugin {keep!r}'s")
+        return ComponentError(
+            what + ": a recipe cannot tell which one it names",
+            where=f"the installed plugins ({', '.join(repr(p) for p in plugins)})",
+            fix=("keep one of them: set " + " or ".join(options) + ", or uninstall the distribution you do not "
+                 "want (`dmlplug plugins` lists every clash)") if options else
+                "uninstall all but one of their distributions (`dmlplug plugins` lists every clash)",
+        )
+
+    def clash_list(self) -> list[tuple[str, str, list[ComponentInfo]]]:
+        """Every clash as ``(kind, name, [components registered under it])``, by kind then name."""
+        return [(kind, key, infos) for kind in KINDS for key, infos in sorted(self.clashes[kind].items())]
 
     def get(self, kind: str, name: str) -> ComponentInfo:
         """Look a component up by name or alias.
 
         Raises:
-            ComponentError: No such component; the message suggests close names and plugins that failed.
+            ComponentError: No such component (the message suggests close names and plugins that failed), or
+                several plugins register the name (it names them and how to keep one).
         """
         kind = normalize_kind(kind)
         table, aliases = self._tables[kind], self._aliases[kind]
+        if name in self.clashes[kind]:
+            raise self.clash_error(kind, name)
         if name in table:
             return table[name]
         if name in aliases:

@@ -2,6 +2,7 @@
 
 Works on any :class:`~dmlplug.data.base.ImageSource`; a :class:`~dmlplug.data.image_files.FileImageSource`
 keeps its type (and per-image attributes) through :meth:`~dmlplug.data.image_files.FileImageSource.select`.
+:func:`check_split_sizes` is the smallest dataset a run accepts (:data:`MIN_SPLIT_CLASSES`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import numpy as np
 
 from dmlplug.data.base import ImageSource
 from dmlplug.errors import DataError
+from dmlplug.params import MIN_SPLIT_CLASSES  # the minimum of a split (and why): defined with Params.split_sizes
 
 if TYPE_CHECKING:
     from dmlplug.data.base import DatasetBundle
 
 VAL_STRATEGIES = ("last", "random")
+
+#: Images a class needs to be a query in leave-one-out evaluation: the query and one more to find.
+MIN_QUERY_IMAGES = 2
 
 
 def take(source: ImageSource, indices: np.ndarray, name: str) -> ImageSource:
@@ -45,8 +50,50 @@ def class_count(spec: float, num_classes: int, *, what: str) -> int:
         count = max(count, 1)
     if count >= num_classes and spec > 0:
         raise DataError(f"{what} = {spec} asks for {count} of only {num_classes} classes; none would be left",
-                        fix=f"use a smaller {what}")
+                        fix=f"use a smaller {what} (a run needs {MIN_SPLIT_CLASSES} classes on each side of the split)")
     return count
+
+
+def check_split_sizes(bundle: DatasetBundle, splits: Sequence[str] = ("train", "test"), *,
+                      where: str = "[data.dataset]") -> None:
+    """Refuse a split below the minimum a run needs: :data:`MIN_SPLIT_CLASSES` classes, or query classes.
+
+    ``splits`` names the splits to check (absent ones are skipped): ``train`` needs that many classes; an
+    evaluated one (``test``, ``val``) that many query classes (:func:`query_classes`; the test split's
+    query/gallery masks apply). ``where`` says where the dataset comes from.
+
+    Raises:
+        DataError: A split is below the minimum; the message gives its counts.
+    """
+    for split in (s for s in splits if getattr(bundle, s, None) is not None):
+        labels = np.asarray(getattr(bundle, split).labels, dtype=np.int64)
+        masks = (bundle.test_query_mask, bundle.test_gallery_mask) if split == "test" else (None, None)
+        found = len(np.unique(labels)) if split == "train" else len(query_classes(labels, *masks))
+        if found >= MIN_SPLIT_CLASSES:
+            continue
+        if split == "train":
+            what, why = f"{found} class", "a pair loss needs a negative"
+        else:  # query classes: a query with another item of its class to find
+            what = (f"{found} class with a query" if found else "no query") + " with another item of its class"
+            why = "with one, every neighbour is of the query's class: recall 1.0 untrained"
+        raise DataError(f"the {split} split of the dataset has {what} ({len(labels)} images), fewer than the "
+                        f"{MIN_SPLIT_CLASSES} classes a run needs ({why})", where=f"{where}: {split} split",
+                        fix=f"give the {split} split at least {MIN_SPLIT_CLASSES} classes of {MIN_QUERY_IMAGES} or "
+                            "more images (the dataset's class counts or split parameters, or [data] train_classes "
+                            "/ test_classes / val_classes)")
+
+
+def query_classes(labels: np.ndarray, query: np.ndarray | None = None,
+                  gallery: np.ndarray | None = None) -> np.ndarray:
+    """The classes with a query that has another item of its class in the gallery (no masks: leave-one-out)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if query is None or gallery is None:
+        classes, counts = np.unique(labels, return_counts=True)
+        return classes[counts >= MIN_QUERY_IMAGES]
+    q, g = np.asarray(query, dtype=bool), np.asarray(gallery, dtype=bool)
+    # A query finds the gallery images of its class other than itself.
+    others = np.bincount(labels[g], minlength=int(labels.max(initial=-1)) + 1)[labels[q]] - g[q]
+    return np.unique(labels[q][others > 0])
 
 
 def split_by_class_order(
@@ -65,7 +112,8 @@ def split_by_class_order(
             f"cannot give {first_classes} of {source.num_classes} classes to {names[0]!r} and the rest to "
             f"{names[1]!r}: both splits need at least one class",
             where=source.name or None,
-            fix="check the number of training classes against the classes found on disk",
+            fix="check the number of training classes against the classes found on disk (a run needs "
+                f"{MIN_SPLIT_CLASSES} classes on each side)",
         )
     is_first = source.labels < first_classes
     return (take(source, np.flatnonzero(is_first), names[0]),
@@ -330,13 +378,20 @@ def apply_recipe_classes(bundle: DatasetBundle, data: Any) -> DatasetBundle:
         bundle: The bundle the dataset component built.
         data: The recipe's ``[data]`` section.
 
+    The engine calls it on every dataset it builds, right after building it, and then checks the splits the run
+    uses against the minimum (:func:`check_split_sizes`), before the sampler and the model are built.
+
     Returns:
         ``bundle`` unchanged when the recipe selects no classes, else the re-partitioned bundle.
 
     Raises:
         DataError: A class name is unknown, listed twice, or on two sides.
     """
-    if getattr(data, "train_classes", None) is not None:
-        return split_by_class_names(bundle, data.train_classes, data.test_classes, data.val_classes or None,
-                                    where="[data] train_classes / test_classes / val_classes")
-    return bundle
+    if getattr(data, "train_classes", None) is None:
+        return bundle
+    return split_by_class_names(bundle, data.train_classes, data.test_classes, data.val_classes or None,
+                                where=RECIPE_CLASSES_WHERE)
+
+
+#: Where the recipe's own class lists are, in messages.
+RECIPE_CLASSES_WHERE = "[data] train_classes / test_classes / val_classes"

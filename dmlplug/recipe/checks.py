@@ -1,21 +1,29 @@
 """Checks across sections that components answer from their parameters, without building anything.
 
 Each check asks the components' :class:`~dmlplug.params.Params` a question (which metrics an evaluator
-produces, whether a dataset has a validation split, which batch sizes a sampler takes, which optimizer groups
-a component has). A component that declares nothing answers with the default, which is what the engine does
-with it, so every check runs for every plugin (only a dataset may answer "the data decides").
+produces, whether a dataset has a validation split, how big its splits are, which batch sizes a sampler takes and
+how many samples of a class it puts in a batch, which optimizer groups a component has). A component that
+declares nothing answers with the default, which is what the engine does with it, so every check runs for every
+plugin (only a dataset may answer "the data decides", and the run then checks the same after building it).
 :func:`check_recipe` runs them all; :func:`dmlplug.recipe.load_recipe` calls it after the capability checks,
-so ``dmlplug validate`` rejects these mistakes before a run builds anything.
+so ``dmlplug validate`` rejects these mistakes before a run builds anything. What is legal but unusual is a
+warning (:func:`recipe_warnings`), logged to the ``dmlplug.recipe`` logger: without a logging configuration
+Python prints it on stderr, so ``dmlplug validate`` shows it above its "OK".
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from dmlplug.errors import RecipeError, did_you_mean
+from dmlplug.params import MIN_SPLIT_CLASSES, SplitSize
+from dmlplug.recipe.capabilities import component_tags
 
 if TYPE_CHECKING:
     from dmlplug.recipe.loading import ComponentSpec, ValidatedRecipe
+
+log = logging.getLogger("dmlplug.recipe")
 
 
 def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
@@ -26,8 +34,12 @@ def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
     """
     check_selection_metric(recipe, where)
     check_validation_split(recipe, where)
+    check_split_sizes(recipe, where)
     check_batch_size(recipe, where)
+    check_classes_per_batch(recipe, where)
     check_optimizer_groups(recipe, where)
+    for warning in recipe_warnings(recipe, where):
+        log.warning("%s", warning)
 
 
 def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str]:
@@ -72,25 +84,76 @@ def has_validation_split(recipe: ValidatedRecipe) -> bool | None:
 
 
 def check_validation_split(recipe: ValidatedRecipe, where: str) -> None:
-    """``[evaluation] split = "val"`` needs a dataset with a validation split.
+    """``[evaluation] select_on`` / ``report_on = "val"`` need a dataset with a validation split.
 
     Raises:
-        RecipeError: The dataset's parameters say it has none.
+        RecipeError: The dataset's parameters (or ``[data]`` class lists) say it has none.
     """
-    if recipe.recipe.evaluation.split != "val" or has_validation_split(recipe) is not False:
-        return
+    from dmlplug.engine.selection import check_declared_splits
+
     dataset = recipe.component("data.dataset")
-    name = dataset.name if dataset is not None else "?"
-    raise RecipeError(
-        f'evaluation.split is "val" but dataset {name!r} (with these parameters) has no validation split',
-        where=f"{where}: [evaluation] split",
-        fix='set [evaluation] split = "test", or give the dataset validation classes (its val_classes or '
-            "val_fraction parameter, or [data] val_classes with train_classes/test_classes)",
-    )
+    check_declared_splits(recipe.recipe.evaluation, has_validation_split(recipe),
+                          dataset.name if dataset is not None else "?", where)
+
+
+def split_sizes(recipe: ValidatedRecipe) -> dict[str, SplitSize] | None:
+    """The size of every split of the run's dataset as far as the recipe tells; ``None`` when it cannot.
+
+    ``[data] train_classes`` / ``test_classes`` / ``val_classes`` re-split the dataset: their lengths are the class
+    counts (the images of the smallest class are then unknown); otherwise the dataset's ``Params.split_sizes()``.
+    """
+    data = recipe.recipe.data
+    if data.train_classes is not None and data.test_classes is not None:
+        lists = {"train": data.train_classes, "test": data.test_classes, "val": data.val_classes or []}
+        return {split: SplitSize(len(names)) for split, names in lists.items() if names}
+    dataset = recipe.component("data.dataset")
+    return dataset.params.split_sizes() if dataset is not None else None
+
+
+def check_split_sizes(recipe: ValidatedRecipe, where: str) -> None:
+    """The training split and every evaluated split need two classes (the report and the selection split).
+
+    With one training class a pair loss has no negative; with one evaluated class every neighbour is of the
+    query's class, and recall is 1.0 before training. The run checks the same once the data is built
+    (:func:`dmlplug.data.splits.check_split_sizes`) when the parameters cannot tell.
+
+    Raises:
+        RecipeError: A split the dataset declares (``Params.split_sizes()``) or ``[data]`` lists has fewer than two
+            classes.
+    """
+    from dmlplug.engine.selection import evaluated_splits
+
+    sizes = split_sizes(recipe) or {}
+    for split in ("train", *evaluated_splits(recipe.recipe.evaluation, has_validation_split(recipe))):
+        size = sizes.get(split)
+        if size is None or size.classes >= MIN_SPLIT_CLASSES:
+            continue
+        if recipe.recipe.data.train_classes is not None:
+            at, fix = f"[data] {split}_classes", f"list at least {MIN_SPLIT_CLASSES} classes in [data] {split}_classes"
+        else:
+            dataset = recipe.components["data.dataset"]
+            at = f"[data.dataset] ({dataset.info.label})"
+            fix = (f"change the dataset's parameters so that its {split} split has at least {MIN_SPLIT_CLASSES} "
+                   f"classes (`dmlplug list datasets {dataset.name}`)")
+        raise RecipeError(
+            f"the {split} split would have {size.classes} class{'' if size.classes == 1 else 'es'}, fewer than the "
+            f"{MIN_SPLIT_CLASSES} a run needs ("
+            + ("a loss needs a negative from another class" if split == "train" else
+               "with one class every neighbour is of the query's class: recall 1.0 before training") + ")",
+            where=f"{where}: {at}", fix=fix,
+        )
+
+
+def _two_class_batch(multiple: int, per_class: int | None) -> int:
+    # The smallest batch size that is a multiple of the sampler's group and holds two classes.
+    least = MIN_SPLIT_CLASSES * per_class if per_class else multiple
+    return -(-least // multiple) * multiple
 
 
 def check_batch_size(recipe: ValidatedRecipe, where: str) -> None:
     """``[data] batch_size`` must be a multiple of what the sampler groups by (``m`` of ``m_per_class``).
+
+    The sizes suggested hold at least two classes (:func:`check_classes_per_batch` refuses fewer).
 
     Raises:
         RecipeError: The batch size is not a multiple of the sampler's group size.
@@ -100,14 +163,70 @@ def check_batch_size(recipe: ValidatedRecipe, where: str) -> None:
     batch_size = recipe.recipe.data.batch_size
     if sampler is None or batch_size % multiple == 0:
         return
-    lower, upper = batch_size - batch_size % multiple, batch_size - batch_size % multiple + multiple
-    sizes = f"{lower} or {upper}" if lower > 0 else str(upper)
+    smallest = _two_class_batch(multiple, sampler.params.per_class_in_batch())
+    lower = batch_size - batch_size % multiple
+    sizes = [size for size in (lower, lower + multiple) if size >= smallest] or [smallest]
     raise RecipeError(
         f"[data] batch_size = {batch_size} is not a multiple of {multiple}, the group size of sampler "
         f"{sampler.name!r}",
         where=f"{where}: [data] batch_size and [data.sampler]",
-        fix=f"use batch_size = {sizes}, or change the sampler's parameters (`dmlplug list samplers --params`)",
+        fix=f"use batch_size = {' or '.join(map(str, sizes))}, or change the sampler's parameters "
+            "(`dmlplug list samplers --params`)",
     )
+
+
+def _needs_negatives(recipe: ValidatedRecipe) -> list[str]:
+    # Who learns from pairs of samples of the batch: a loss without class proxies (proxies are negatives of
+    # their own), and every miner (it mines pairs or triplets of the batch).
+    loss, miner = recipe.component("loss"), recipe.component("miner")
+    who = [f"loss {loss.name!r}"] if loss is not None and "proxies" not in component_tags(loss) else []
+    return who + ([f"miner {miner.name!r}"] if miner is not None else [])
+
+
+def check_classes_per_batch(recipe: ValidatedRecipe, where: str) -> None:
+    """A sampler that groups by class must leave two classes in a batch when the loss learns from pairs.
+
+    ``batch_size // Params.per_class_in_batch()`` classes share a batch (``m_per_class`` with ``m = 64`` and
+    ``batch_size = 64``: one); a loss without the ``proxies`` tag, or a miner, then finds no negative pair.
+
+    Raises:
+        RecipeError: A batch holds fewer than two classes and the loss or a miner compares its samples.
+    """
+    sampler = recipe.component("data.sampler")
+    per_class = sampler.params.per_class_in_batch() if sampler is not None else None
+    batch_size = recipe.recipe.data.batch_size
+    who = _needs_negatives(recipe)
+    if sampler is None or per_class is None or batch_size // per_class >= MIN_SPLIT_CLASSES or not who:
+        return
+    smallest = _two_class_batch(sampler.params.batch_size_multiple(), per_class)
+    raise RecipeError(
+        f"every batch holds at most {batch_size // per_class} class ([data] batch_size = {batch_size}, sampler "
+        f"{sampler.name!r} takes {per_class} samples of each class), so {' and '.join(who)} "
+        f"{'has' if len(who) == 1 else 'have'} no negative pair to learn from",
+        where=f"{where}: [data] batch_size and [data.sampler]",
+        fix=f"use batch_size = {smallest} or more (at least {MIN_SPLIT_CLASSES} classes per batch), or at most "
+            f"{batch_size // MIN_SPLIT_CLASSES} samples per class in [data.sampler] (`dmlplug list samplers --params`)",
+    )
+
+
+def recipe_warnings(recipe: ValidatedRecipe, where: str) -> list[str]:
+    """What the recipe allows but probably does not mean, one message (what / where / fix) each.
+
+    A sampler that takes more images of a class per batch than the smallest training class has (the dataset's
+    ``Params.split_sizes()``) repeats that class's images in every batch that holds it; the sampler warns the
+    same when it is built, from the labels, where the parameters cannot tell.
+    """
+    sampler, sizes = recipe.component("data.sampler"), split_sizes(recipe) or {}
+    per_class = sampler.params.per_class_in_batch() if sampler is not None else None
+    train = sizes.get("train")
+    if sampler is None or per_class is None or train is None or train.min_images is None \
+            or per_class <= train.min_images:
+        return []
+    dataset = recipe.components["data.dataset"]
+    return [f"warning: sampler {sampler.name!r} takes {per_class} images of a class per batch, but the smallest "
+            f"training class of dataset {dataset.name!r} has {train.min_images}: its images repeat in every batch "
+            f"that holds it\n  where: {where}: [data.sampler] and [data.dataset]\n"
+            f"  fix:   take at most {train.min_images} samples per class, or give the classes more images"]
 
 
 def _trainable(recipe: ValidatedRecipe) -> list[tuple[str, ComponentSpec]]:

@@ -14,8 +14,9 @@ def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str
     A dataset reads data, so ``params`` must point at some (a tiny tree the plugin's tests write, in the real
     layout). Checked: every split's ``labels`` are int64 ``0 .. num_classes-1`` with one ``class_names`` entry
     per class and its first image loads; ``Params.has_validation_split()`` (unless ``None``: the files decide)
-    says whether ``val`` exists; the ``super_labels`` tag means the training source carries
-    ``attributes["super_labels"]`` aligned with its labels.
+    says whether ``val`` exists; ``Params.split_sizes()`` (unless ``None``) names exactly the built splits, with
+    their class counts and the images of their smallest class; the ``super_labels`` tag means the training
+    source carries ``attributes["super_labels"]`` aligned with its labels.
     """
     import numpy as np
 
@@ -46,8 +47,26 @@ def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str
         expect(declared == (bundle.val is not None),
                f"dataset {name!r}: Params.has_validation_split() says {declared}, but the built dataset "
                f"{'has' if bundle.val is not None else 'has no'} val split")
+    _check_split_sizes(name, info.params.split_sizes(), splits)
     if "super_labels" in info.tags:
         supers = (getattr(bundle.train, "attributes", None) or {}).get("super_labels")
         expect(supers is not None and len(supers) == len(bundle.train.labels),
                f"dataset {name!r}: tagged super_labels, but the training source has no aligned "
                "attributes['super_labels']")
+
+
+def _check_split_sizes(name: str, declared: Any, splits: dict[str, Any]) -> None:
+    import numpy as np
+
+    if declared is None:
+        return  # the data decides: the run checks the built splits itself
+    built = {split: source for split, source in splits.items() if source is not None}
+    expect(set(declared) == set(built), f"dataset {name!r}: Params.split_sizes() declares the splits "
+                                        f"{sorted(declared)}, the built dataset has {sorted(built)}")
+    for split, source in built.items():
+        counts = np.bincount(np.asarray(source.labels))
+        actual = (int((counts > 0).sum()), int(counts[counts > 0].min()))
+        size = declared[split]
+        expect(size.classes == actual[0] and size.min_images in (None, actual[1]),
+               f"dataset {name!r}: Params.split_sizes() declares {split} = {size}, but the built split has "
+               f"{actual[0]} classes, the smallest with {actual[1]} images")

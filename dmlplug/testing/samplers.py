@@ -26,7 +26,11 @@ def uneven_labels() -> Any:
 
 
 def check_sampler(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
-    """Full batches of valid indices, ``len`` = batches per epoch, batches a function of (seed, epoch) only."""
+    """Full batches of valid indices, ``len`` = batches per epoch, batches a function of (seed, epoch) only.
+
+    A sampler that declares ``Params.per_class_in_batch()`` holds a multiple of that many samples of every class
+    in a batch (a multiple: a class drawn twice, as SPC-k may, has twice as many).
+    """
     host = host or load_host()
     params = params or {}
     info = Declared(host, "samplers", name, params)
@@ -44,6 +48,7 @@ def check_sampler(name: str, *, host: PluginHost | None = None, params: dict[str
         expect(len(batch) == 16 and all(isinstance(i, int) and 0 <= i < len(labels) for i in batch),
                f"sampler {name!r}: batches must be 16 int indices into the dataset, got {batch!r}")
     expect(list(sampler) == first, f"sampler {name!r}: iterating twice in one epoch must give the same batches")
+    _check_per_class(name, info.params.per_class_in_batch(), labels, first)
     again = make()
     again.set_epoch(2)
     second = list(again)
@@ -53,3 +58,15 @@ def check_sampler(name: str, *, host: PluginHost | None = None, params: dict[str
     other = make(seed=4)
     other.set_epoch(1)
     expect(list(other) != first, f"sampler {name!r}: different seeds must give different batches")
+
+
+def _check_per_class(name: str, per_class: int | None, labels: Any, batches: list[list[int]]) -> None:
+    import numpy as np
+
+    if per_class is None:
+        return  # a sampler that does not group by class
+    for batch in batches:
+        counts = np.bincount(labels[batch])
+        expect(not (counts % per_class).any(),
+               f"sampler {name!r}: Params.per_class_in_batch() declares {per_class} samples of a class per batch, "
+               f"but a batch holds {sorted(counts[counts > 0].tolist())} of its classes")

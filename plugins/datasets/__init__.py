@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dmlplug import BuildContext, Params, hookimpl
+from dmlplug.params import SplitSize
 
 #: Families held out for testing by ``glyphs`` with ``split = "families"`` unless the recipe names its own:
 #: scripts and symbol blocks of both kinds, about half of the classes of any catalogue prefix.
@@ -88,6 +89,18 @@ class GlyphsParams(Params):
     def has_validation_split(self) -> bool:
         """A validation split exists exactly when ``val_fraction`` > 0."""
         return self.val_fraction > 0
+
+    def split_sizes(self) -> dict[str, SplitSize] | None:
+        """Classes per split from the fixed catalogue order, ``images_per_class`` images in each class.
+
+        ``None`` beyond the recorded catalogue, where the installed fonts decide.
+        """
+        from dmlplug_builtins.datasets.glyphs import split_class_counts
+
+        counts = split_class_counts(self)
+        if counts is None:
+            return None
+        return {name: SplitSize(classes, self.images_per_class) for name, classes in counts.items()}
 
 
 def build_glyphs(params: GlyphsParams, ctx: BuildContext) -> Any:

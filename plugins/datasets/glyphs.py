@@ -69,7 +69,9 @@ def catalog_families(num_classes: int, families: Sequence[str] | None = None) ->
 
 
 def check_glyph_splits(params: GlyphsParams) -> None:
-    """Raise the :class:`DataError` that :func:`build_bundle` would raise for an empty split, without rendering.
+    """Raise the :class:`DataError` that :func:`build_bundle` would raise for a split of fewer than two classes.
+
+    Nothing is rendered.
 
     The classes are assigned to splits by :func:`split_glyph_classes` itself, over the families of the
     catalogue prefix (:func:`catalog_families`). A ``num_classes`` beyond the recorded catalogue is left to
@@ -85,13 +87,30 @@ def check_glyph_splits(params: GlyphsParams) -> None:
         if smallest is None:
             raise
         raise DataError(exc.what, where="dataset.num_classes",
-                        fix=f"use num_classes >= {smallest} (the smallest count that gives every split a class "
+                        fix=f"use num_classes >= {smallest} (the smallest count that gives every split two classes "
                             f"with these settings), another split or test_families, or a smaller val_fraction"
                         ) from None
 
 
+def split_class_counts(params: GlyphsParams) -> dict[str, int] | None:
+    """The number of classes of every split, from the catalogue order; ``None`` beyond the recorded catalogue.
+
+    Raises:
+        DataError: A split would have fewer than two classes (:func:`check_glyph_splits` says so at validation).
+    """
+    families = catalog_families(params.num_classes, params.families)
+    if len(families) < params.num_classes:
+        return None
+    splits = split_glyph_classes(families, params.split, params.test_families, params.val_fraction, params.seed)
+    return {name: len(classes) for name, classes in splits.items()}
+
+
 def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
-    """The smallest ``num_classes`` above ``params.num_classes`` with no empty split, other settings equal."""
+    """The smallest ``num_classes`` above ``params.num_classes`` whose every split has two classes, others equal.
+
+    :func:`split_glyph_classes` refuses exactly the splits a run refuses, so the count it accepts is one a run
+    accepts too; every split's class count grows with ``num_classes``, so every larger count is accepted too.
+    """
     every = catalog_families(sum(CATALOG_FAMILY_SIZES.values()), params.families)
     for count in range(params.num_classes + 1, len(every) + 1):
         try:
@@ -250,7 +269,7 @@ def split_glyph_classes(families: list[str], split: str = "interleaved",
         Sorted int64 class indices per split; ``val`` only when ``val_fraction > 0``.
 
     Raises:
-        DataError: A split would be empty.
+        DataError: A split would have fewer than two classes (:data:`dmlplug.data.splits.MIN_SPLIT_CLASSES`).
     """
     import numpy as np
 
@@ -274,10 +293,16 @@ def split_glyph_classes(families: list[str], split: str = "interleaved",
         chosen = np.zeros(len(train), dtype=bool)
         chosen[np.random.default_rng([seed, 2]).permutation(len(train))[:count]] = True
         splits["train"], splits["val"] = train[~chosen], train[chosen]
+    from dmlplug.data.splits import MIN_SPLIT_CLASSES
+
     for name, classes in splits.items():
-        if len(classes) == 0:
+        # A run refuses a split of one class too (dmlplug.data.splits.check_split_sizes): catching it here lets
+        # validate say so, and makes smallest_valid_num_classes suggest a count that gives every split two.
+        if len(classes) < MIN_SPLIT_CLASSES:
+            found = f"only {len(classes)} class" if len(classes) else "no classes"
             raise DataError(
-                f"the glyph dataset's {name} split has no classes ({len(families)} classes, split={split!r})",
+                f"the glyph dataset's {name} split has {found}, fewer than the {MIN_SPLIT_CLASSES} a run needs "
+                f"({len(families)} classes, split={split!r})",
                 where="dataset",
                 fix="use more classes (num_classes), another split or test_families, or a smaller val_fraction",
             )

@@ -12,12 +12,15 @@ array aligned with ``train_labels``); it declares ``requires=("dataset:super_lab
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import Field
 
 from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
+
+log = logging.getLogger("dmlplug.samplers")
 
 _EPOCH = "Batches per epoch (default: floor(number of training samples / batch size))."
 
@@ -37,6 +40,10 @@ class MPerClassParams(RandomParams):
         """``m``: every batch holds ``batch_size / m`` classes."""
         return self.m
 
+    def per_class_in_batch(self) -> int:
+        """``m`` samples of every class in a batch."""
+        return self.m
+
 
 class ClassRandomParams(RandomParams):
     """Parameters of sampler 'class_random' (SPC-k, docs/methods/revisiting.md)."""
@@ -45,6 +52,10 @@ class ClassRandomParams(RandomParams):
 
     def batch_size_multiple(self) -> int:
         """``k``: every batch holds ``batch_size / k`` class draws."""
+        return self.k
+
+    def per_class_in_batch(self) -> int:
+        """``k`` samples per class draw (a class drawn twice has ``2k``)."""
         return self.k
 
 
@@ -58,6 +69,10 @@ class HierarchicalParams(RandomParams):
         """``m * super_classes_per_batch``: each super-class fills an equal share of whole classes."""
         return self.m * self.super_classes_per_batch
 
+    def per_class_in_batch(self) -> int:
+        """``m`` samples per class group (a class picked twice has ``2m``)."""
+        return self.m
+
 
 def _common(ctx: BuildContext, who: str) -> tuple[Any, int, int]:
     import numpy as np
@@ -67,6 +82,20 @@ def _common(ctx: BuildContext, who: str) -> tuple[Any, int, int]:
     if batch_size <= 0 or len(labels) == 0:
         raise ComponentError(f"sampler {who!r} needs a positive batch size and a non-empty training set")
     return labels, int(batch_size), int(ctx.seed)
+
+
+def _warn_repeats(labels: Any, per_class: int, what: str, who: str) -> None:
+    # Legal but unusual: a class with fewer images than a batch takes of it repeats images in that batch. The
+    # recipe alone may not tell (dmlplug validate warns when the dataset declares its class sizes), the labels do.
+    import numpy as np
+
+    counts = np.bincount(labels)
+    small = counts[(counts > 0) & (counts < per_class)]
+    if len(small):
+        log.warning("warning: sampler %r takes %s = %d images of a class per batch, but %d of the %d training "
+                    "classes have fewer (the smallest %d): their images repeat within a batch; use %s <= %d, or "
+                    "more images per class", who, what, per_class, len(small), int((counts > 0).sum()),
+                    int(small.min()), what, int(small.min()))
 
 
 def _divisible(batch_size: int, group: int, what: str, who: str) -> None:
@@ -94,9 +123,14 @@ def build_m_per_class(params: MPerClassParams, ctx: BuildContext) -> Any:
     _divisible(batch_size, params.m, "m", "m_per_class")
     classes = len(np.unique(labels))
     if batch_size // params.m > classes:
+        # Suggest only layouts that keep two classes per batch (a pair loss needs a negative in every batch).
         raise ComponentError(
             f"sampler 'm_per_class' needs {batch_size // params.m} distinct classes per batch, "
-            f"the training set has {classes}", fix="increase m or decrease the batch size")
+            f"the training set has {classes}", where="[data] batch_size and [data.sampler] m",
+            fix=f"use batch_size <= {classes * params.m} (a multiple of m = {params.m}, at least {2 * params.m} "
+                "for two classes per batch), or a larger m that divides the batch size, at most "
+                f"{batch_size // 2}")
+    _warn_repeats(labels, params.m, "m", "m_per_class")
     return MPerClassSampler(labels, batch_size, params.m, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
@@ -106,6 +140,7 @@ def build_class_random(params: ClassRandomParams, ctx: BuildContext) -> Any:
 
     labels, batch_size, seed = _common(ctx, "class_random")
     _divisible(batch_size, params.k, "k", "class_random")
+    _warn_repeats(labels, params.k, "k", "class_random")
     return ClassRandomSampler(labels, batch_size, params.k, seed=seed, batches_per_epoch=params.batches_per_epoch)
 
 
@@ -138,6 +173,7 @@ def build_hierarchical(params: HierarchicalParams, ctx: BuildContext) -> Any:
     if params.super_classes_per_batch > available:
         raise ComponentError(f"sampler 'hierarchical' wants {params.super_classes_per_batch} super-classes per "
                              f"batch, the training set has {available}", fix="lower super_classes_per_batch")
+    _warn_repeats(labels, params.m, "m", "hierarchical")
     return HierarchicalSampler(labels, batch_size, super_labels, params.m, params.super_classes_per_batch,
                                seed=seed, batches_per_epoch=params.batches_per_epoch)
 

@@ -154,21 +154,21 @@ def _wrapped_glyphs(params_class_body: dict, **register_options):
 
 
 def test_check_dataset_passes_the_embedded_glyphs():
-    check_component("datasets", "glyphs", host=HOST, params={"num_classes": 26, "images_per_class": 4,
+    check_component("datasets", "glyphs", host=HOST, params={"num_classes": 27, "images_per_class": 4,
                                                              "val_fraction": 0.2})
 
 
 def test_a_wrong_validation_split_declaration_fails_the_kit():
     plugin = _wrapped_glyphs({"has_validation_split": lambda self: False})
     with pytest.raises(ContractError, match=r"has_validation_split\(\) says False, but the built dataset has val"):
-        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 26, "images_per_class": 4,
+        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 27, "images_per_class": 4,
                                                                      "val_fraction": 0.2}}})
 
 
 def test_a_wrong_tag_fails_the_dataset_kit():
     plugin = _wrapped_glyphs({}, tags=("super_labels",))
     with pytest.raises(ContractError, match="tagged super_labels"):
-        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 26, "images_per_class": 4}}})
+        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 27, "images_per_class": 4}}})
 
 
 def test_undeclared_optimizer_groups_fail_the_kit():

@@ -13,7 +13,7 @@ from dmlplug.doctor import diagnose, render
 def test_reports_every_component_of_the_installation():
     checks = {c.name: c for c in diagnose()}
     for name in ("python", "dmlplug", "torch", "torchvision", "cuda", "faiss", "pytorch-metric-learning", "timm",
-                 "tensorboard", "record-keeper", "built-in plugins"):
+                 "tensorboard", "record-keeper", "onnx", "onnxruntime", "built-in plugins"):
         assert name in checks, name
     assert all(c.status in ("ok", "warn", "fail") for c in checks.values())
     import torch
@@ -54,3 +54,61 @@ def test_unsupported_pml_major_version_fails_with_the_install_command(monkeypatc
     monkeypatch.setattr(doctor, "_version", lambda dist: "3.0.1" if dist == "pytorch-metric-learning" else real(dist))
     check = next(c for c in diagnose() if c.name == "pytorch-metric-learning")
     assert check.status == "fail" and "3.0.1" in check.detail and "<3" in check.fix
+
+
+# ------------------------------------------------------------------------------------------------ onnx (bundles)
+
+
+def test_onnx_packages_are_checked_with_their_versions():
+    from importlib import metadata
+
+    checks = {c.name: c for c in diagnose()}
+    for dist in ("onnx", "onnxruntime"):
+        assert checks[dist].status == "ok" and checks[dist].detail == metadata.version(dist)
+
+
+def test_missing_onnxruntime_is_a_warning_with_the_export_extra(monkeypatch):
+    from dmlplug.bundle.errors import ONNX_INSTALL
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    check = next(c for c in diagnose() if c.name == "onnxruntime")
+    assert check.status == "warn" and "not installed" in check.detail and check.fix == ONNX_INSTALL
+
+
+def test_onnx_that_fails_to_import_fails_the_doctor(monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *args):
+        if name == "onnx":
+            raise ImportError("libonnx.so: cannot open shared object file")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    check = next(c for c in diagnose() if c.name == "onnx")
+    assert check.status == "fail" and "libonnx.so" in check.detail and check.fix == "pip install -U onnx"
+
+
+def test_onnxruntime_older_than_the_export_extra_is_a_warning(monkeypatch):
+    from dmlplug import doctor
+
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: "1.17.3" if dist == "onnxruntime" else real(dist))
+    check = next(c for c in diagnose() if c.name == "onnxruntime")
+    assert check.status == "warn" and "older than 1.18" in check.detail and "onnxruntime>=1.18" in check.fix
+
+
+def test_the_onnx_minimums_are_the_export_extra_of_pyproject():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from dmlplug.doctor import EXPORT_PACKAGES
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pins = dict(re.fullmatch(r"([\w-]+)>=([\d.]+)", pin).groups()
+                for pin in pyproject["project"]["optional-dependencies"]["export"])
+    assert pins == EXPORT_PACKAGES

@@ -56,12 +56,56 @@ def test_require_names_the_component_and_the_missing_field():
     assert info.build(info.validate({}, "loss"), BuildContext(num_classes=3)).margin == 3
 
 
-def test_duplicate_names_name_both_plugins():
+def test_duplicate_names_clash_and_name_both_plugins_when_looked_up():
+    # A second registration used to raise PluginError, from every command's plugin loading: now only the name
+    # is refused, and only where something looks it up.
     registry = Registry()
     registry.register_callback("losses", "first_plugin")("same", factory)
-    with pytest.raises(PluginError) as err:
-        registry.register_callback("losses", "second_plugin")("same", factory)
+    registry.register_callback("losses", "second_plugin")("same", factory)
+    registry.register_callback("losses", "second_plugin")("other", factory)
+    with pytest.raises(ComponentError) as err:
+        registry.get("losses", "same")
     assert "first_plugin" in str(err.value) and "second_plugin" in str(err.value)
+    assert "DMLPLUG_DISABLE_PLUGINS=second_plugin" in err.value.fix
+    assert "DMLPLUG_DISABLE_PLUGINS=first_plugin" in err.value.fix
+    assert registry.get("losses", "other").plugin == "second_plugin"
+    assert [(kind, key, [i.plugin for i in infos]) for kind, key, infos in registry.clash_list()] == [
+        ("losses", "same", ["first_plugin", "second_plugin"])]
+
+
+def test_an_alias_clash_refuses_the_alias_only():
+    registry = Registry()
+    registry.register_callback("datasets", "first")("cub200", factory, aliases=("cub",))
+    registry.register_callback("datasets", "second")("cub_birds", factory, aliases=("cub", "birds"))
+    assert registry.get("datasets", "cub200").plugin == "first"
+    assert registry.get("datasets", "birds").name == "cub_birds"  # its name and other aliases still resolve
+    with pytest.raises(ComponentError, match="dataset name 'cub' is registered by plugin 'first' and plugin 'second'"):
+        registry.get("datasets", "cub")
+    # A name that clashes with another component's alias: the newcomer is reachable under none of its names.
+    registry.register_callback("datasets", "third")("birds", factory, aliases=("third_birds",))
+    with pytest.raises(ComponentError, match="'birds' is registered by plugin 'second' and plugin 'third'"):
+        registry.get("datasets", "birds")
+    with pytest.raises(ComponentError, match="unknown dataset 'third_birds'"):
+        registry.get("datasets", "third_birds")
+
+
+def test_an_essential_plugin_is_never_the_one_the_fix_disables():
+    registry = Registry(essential=frozenset({"heads"}), origins={"heads": "dmlplug 0.1.0, built-in",
+                                                                  "their_heads": "dmlplug-their-heads 2.0"})
+    registry.register_callback("heads", "heads")("linear", factory)
+    registry.register_callback("heads", "their_heads")("linear", factory)
+    error = registry.clash_error("heads", "linear")
+    assert "plugin 'heads' (dmlplug 0.1.0, built-in) and plugin 'their_heads' (dmlplug-their-heads 2.0)" in error.what
+    assert "DMLPLUG_DISABLE_PLUGINS=their_heads" in error.fix and "DMLPLUG_DISABLE_PLUGINS=heads" not in error.fix
+
+
+def test_a_plugin_registering_one_name_twice_is_told_to_its_author():
+    registry = Registry()
+    registry.register_callback("losses", "sloppy")("same", factory)
+    registry.register_callback("losses", "sloppy")("same", factory)
+    with pytest.raises(ComponentError, match="registered by plugin 'sloppy' twice") as err:
+        registry.get("losses", "same")
+    assert "plugin's author" in err.value.fix
 
 
 def test_unknown_name_suggests_close_names_and_where_to_list():
@@ -105,6 +149,21 @@ class _MisspelledPlugin:
     @hookimpl
     def register_lossez(self, register):  # typo: not a hook
         pass
+
+
+class _InvalidParamsPlugin:
+    @hookimpl
+    def register_losses(self, register):
+        register("invalid_params_loss", factory, params=dict)
+
+
+def test_an_invalid_registration_is_the_plugins_load_error_not_every_commands():
+    # Registry.add's PluginError used to propagate out of plugin loading, so every command failed.
+    host = PluginHost().load(builtins=False, entry_points=False)
+    host.add_plugin(_GoodPlugin(), "good")
+    host.add_plugin(_InvalidParamsPlugin(), "invalid")
+    assert "subclass of dmlplug.Params" in host.load_errors["invalid"]
+    assert host.registry.names("losses") == ["plugin_loss"]
 
 
 def test_plugins_are_isolated_and_errors_recorded():

@@ -125,12 +125,14 @@ def test_an_evaluator_that_declares_nothing_does_not_switch_the_check_off():
 
 
 def test_val_split_without_validation_classes_fails():
-    error = _fails(['evaluation.split="val"'], 'split is "val"', "'glyphs'", "val_fraction")
-    assert "[evaluation] split" in error.where
+    error = _fails(['evaluation.select_on="val"'], 'select_on = "val"', "'glyphs'", "val_fraction")
+    assert "[evaluation]" in error.where
+    _fails(['evaluation.split="val"'], 'select_on = "val"')  # the former name of the key means the same
+    _fails(['evaluation.report_on="val"'], 'report_on = "val"')
 
 
 def test_val_split_with_validation_classes_validates():
-    dmlplug.validate(QUICKSTART, overrides=['evaluation.split="val"', "data.dataset.val_fraction=0.2"])
+    dmlplug.validate(QUICKSTART, overrides=['evaluation.select_on="val"', "data.dataset.val_fraction=0.2"])
 
 
 @pytest.mark.parametrize(("val_classes", "expected"), [(0, False), (0.2, True), (10, True)])
@@ -141,7 +143,7 @@ def test_file_datasets_know_their_validation_split(val_classes, expected):
     if expected:
         dmlplug.validate(recipe)
     else:
-        _fails([], 'split is "val"', "'cub200'", recipe=recipe)
+        _fails([], 'select_on = "val"', "'cub200'", recipe=recipe)
 
 
 def test_a_csv_list_may_hold_val_rows_so_validate_leaves_it_to_the_run():
@@ -157,12 +159,12 @@ def test_run_checks_the_val_split_after_the_dataset_and_before_the_model(monkeyp
     recipe = dmlplug.validate(QUICKSTART, overrides=["data.dataset.num_classes=60", "data.dataset.images_per_class=4",
                                                     "data.dataset.image_size=16", "data.batch_size=8"])
     # What validate cannot know (a CSV list without 'val' rows) is simulated by changing the split afterwards.
-    recipe.recipe.evaluation.split = "val"
+    recipe.recipe.evaluation.select_on = "val"
     monkeypatch.setenv("DMLPLUG_CACHE", str(tmp_path))
     calls = []
     monkeypatch.setattr(build, "build_model", lambda *a, **k: calls.append("model"))
     ctx = build.new_context(recipe, device="cpu", host=get_host())
-    with pytest.raises(RunError, match='split is "val"'):
+    with pytest.raises(RunError, match='select_on = "val", but dataset .* has no validation split'):
         build.build_components(recipe, ctx)
     assert calls == []
 
@@ -173,7 +175,9 @@ def test_run_checks_the_val_split_after_the_dataset_and_before_the_model(monkeyp
 @pytest.mark.parametrize(("sampler", "phrase"), [
     (["data.sampler.m=5"], "use batch_size = 60 or 65"),
     (['data.sampler={name = "class_random", k = 3}'], "use batch_size = 63 or 66"),
-    (["data.batch_size=2", "data.sampler.m=3"], "use batch_size = 3"),
+    # Not 3: one class of 3 per batch gives a pair loss no negative (check_classes_per_batch refuses it).
+    (["data.batch_size=2", "data.sampler.m=3"], "use batch_size = 6"),
+    (["data.batch_size=6"], "use batch_size = 8,"),  # m = 4: not 4 either
 ])
 def test_batch_size_not_a_multiple_of_the_sampler_group_fails(sampler, phrase):
     error = _fails(sampler, "is not a multiple", phrase)

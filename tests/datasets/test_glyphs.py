@@ -298,6 +298,15 @@ def test_a_split_without_classes_is_a_data_error():
         split_glyph_classes(["latin_upper"] * 4, "families", test_families=["greek"])
 
 
+def test_a_split_of_one_class_is_a_data_error_too():
+    # One test class: every neighbour of a query is of its class, recall@1 is 1.0 before training.
+    with pytest.raises(DataError, match="test split has only 1 class, fewer than the 2 a run needs"):
+        split_glyph_classes(["latin_upper"] * 2 + ["greek"], "interleaved")
+    with pytest.raises(DataError, match="val split has only 1 class"):
+        split_glyph_classes(["latin_upper"] * 8, "interleaved", val_fraction=0.1)
+    split_glyph_classes(["latin_upper"] * 4, "interleaved")
+
+
 def test_recorded_family_sizes_match_the_rendered_catalogue():
     families = [entry.family for entry in glyph_render.glyph_catalog()]
     assert glyph_render.family_counts(families) == CATALOG_FAMILY_SIZES
@@ -326,31 +335,67 @@ def test_params_reject_exactly_the_counts_that_empty_a_split_when_built(settings
         except DataError:
             empties = True
         if empties:
-            with pytest.raises(ValueError, match="split has no classes"):
+            with pytest.raises(ValueError, match="split has (no classes|only 1 class)"):
                 GlyphsParams(num_classes=num_classes, **settings)
         else:
             GlyphsParams(num_classes=num_classes, **settings)
 
 
-def test_validate_rejects_a_class_count_that_empties_the_test_split_and_names_the_fix():
+def test_validate_rejects_a_class_count_that_leaves_a_split_one_class_and_names_the_fix():
     recipe = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "quickstart.toml")
-    for count in (8, 25):  # one class per family: the interleaved split has no second class for testing
+    # 8, 25: one class per family, the interleaved split has no second class of any family for testing;
+    # 26: one test class (the second Latin capital), which used to be the suggested fix (recall@1 = 1.0 untrained).
+    for count, found in ((8, "no classes"), (25, "no classes"), (26, "only 1 class")):
         with pytest.raises(RecipeError) as caught:
             dmlplug.validate(recipe, [f"data.dataset.num_classes={count}"])
         message = str(caught.value)
-        assert "test split has no classes" in message and "data.dataset" in message
-        assert "num_classes >= 26" in message
-    dmlplug.validate(recipe, ["data.dataset.num_classes=26"])
+        assert f"test split has {found}" in message and "data.dataset" in message
+        assert "num_classes >= 27" in message
+    dmlplug.validate(recipe, ["data.dataset.num_classes=27"])
+
+
+def _interleaved_split_sizes(num_classes):
+    """Oracle, independent of split_glyph_classes: classes alternate train, test within each family."""
+    counts = glyph_render.family_counts(catalog_families(num_classes))
+    return sum((n + 1) // 2 for n in counts.values()), sum(n // 2 for n in counts.values())
+
+
+def test_exactly_the_counts_that_give_both_interleaved_splits_two_classes_validate():
+    for num_classes in range(2, 120):
+        train, test = _interleaved_split_sizes(num_classes)
+        if min(train, test) >= 2:
+            assert GlyphsParams(num_classes=num_classes).split_sizes()["test"].classes == test
+        else:
+            with pytest.raises(ValueError, match="num_classes >= 27"):
+                GlyphsParams(num_classes=num_classes)
+    assert _interleaved_split_sizes(27) == (25, 2) and _interleaved_split_sizes(26) == (25, 1)
 
 
 def test_the_smallest_valid_count_builds_with_every_split_populated(cache_dir):
-    bundle = build_bundle(cache_dir, num_classes=26, images_per_class=2, image_size=16)
-    assert (bundle.train.num_classes, bundle.test.num_classes) == (25, 1)
-    held_out = build_bundle(cache_dir, num_classes=25, images_per_class=2, image_size=16, split="families",
-                            test_families=["yijing"])  # the 25th family: its first class is the 25th
-    assert (held_out.train.num_classes, held_out.test.num_classes) == (24, 1)
+    bundle = build_bundle(cache_dir, num_classes=27, images_per_class=2, image_size=16)
+    assert (bundle.train.num_classes, bundle.test.num_classes) == (25, 2)
+    # The 25th family: its classes are the 25th and, a round later, the 50th.
+    with pytest.raises(RecipeError, match="test split has only 1 class") as caught:
+        build_bundle(cache_dir, num_classes=25, split="families", test_families=["yijing"])
+    assert "num_classes >= 50" in str(caught.value)
+    held_out = build_bundle(cache_dir, num_classes=50, images_per_class=2, image_size=16, split="families",
+                            test_families=["yijing"])
+    assert (held_out.train.num_classes, held_out.test.num_classes) == (48, 2)
     with pytest.raises(RecipeError, match="test split has no classes"):
         build_bundle(cache_dir, num_classes=24, split="families", test_families=["yijing"])
+
+
+def test_declared_split_sizes_are_those_built(cache_dir):
+    from dmlplug.params import SplitSize
+    from dmlplug.testing import check_component
+
+    params = {"num_classes": 40, "images_per_class": 3, "image_size": 16, "val_fraction": 0.2,
+              "cache_dir": str(cache_dir)}
+    # 25 families, then the second class of 15 of them (the test classes); a fifth of the 25 others validate.
+    assert GlyphsParams(**params).split_sizes() == {"train": SplitSize(20, 3), "test": SplitSize(15, 3),
+                                                     "val": SplitSize(5, 3)}
+    check_component("datasets", "glyphs", params=params)  # the kit compares the declaration with the build
+    assert GlyphsParams(num_classes=sum(CATALOG_FAMILY_SIZES.values()) + 1).split_sizes() is None  # fonts decide
 
 
 def test_unknown_family_is_a_recipe_error_with_a_suggestion():

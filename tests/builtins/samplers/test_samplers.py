@@ -108,3 +108,40 @@ def test_sampler_covers_classes_evenly(name):
         expected = np.full(12, 1 / 12)
     assert np.abs(share - expected).max() < 0.25 * expected.max(), f"{name}: {np.round(share, 3)}"
     assert math.isclose(share.sum(), 1.0)
+
+
+# ------------------------------------------------------------------------------------------------ declarations
+
+
+@pytest.mark.parametrize(("name", "params", "expected"), [
+    ("m_per_class", {"m": 8}, 8), ("class_random", {"k": 8}, 8),
+    ("hierarchical", {"m": 2, "super_classes_per_batch": 4}, 2), ("random", {}, None), ("class_balanced", {}, None),
+])
+def test_samplers_declare_the_samples_of_a_class_they_put_in_a_batch(name, params, expected):
+    from dmlplug.testing import check_sampler
+
+    info = HOST.registry.get("samplers", name)
+    assert info.validate(params, "data.sampler").per_class_in_batch() == expected
+    check_sampler(name, host=HOST, params=params)  # the kit checks the batches against the declaration
+
+
+def test_the_kit_refuses_a_wrong_per_class_declaration():
+    import types
+
+    from dmlplug import hookimpl
+    from dmlplug.testing import ContractError, check_plugin
+
+    info = HOST.registry.get("samplers", "m_per_class")
+
+    class Wrong(info.params):
+        def per_class_in_batch(self) -> int:
+            return 3  # the batches hold m = 4 of each class
+
+    @hookimpl
+    def register_samplers(register):
+        register("wrongly_declared", info.factory, params=Wrong)
+
+    plugin = types.ModuleType("wrong_samplers")
+    plugin.register_samplers = register_samplers
+    with pytest.raises(ContractError, match=r"declares 3 samples of a class per batch, but a batch holds \[4, 4"):
+        check_plugin(plugin)
