@@ -39,7 +39,8 @@ def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **opti
     Args:
         recipe: Path to a TOML recipe, or a dict with the same structure.
         overrides: ``"section.key=value"`` strings (as ``--set``) or a ``{"section.key": value}`` dict.
-        **options: ``out`` (output directory), ``device``, ``quiet``.
+        **options: ``out`` (output directory), ``device``, ``quiet`` (``True``: the console logger prints
+            nothing, neither a progress bar nor the evaluation lines; errors are still raised).
     """
     from dmlplug.engine.launch import run_recipe
 
@@ -163,7 +164,8 @@ def check_data(recipe: Any, overrides: list[str] | dict[str, Any] | None = None)
 
 
 def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
-           images: int = 256, tolerance: float = 1e-4, device: str = "cpu", calibrate: bool = True) -> dict[str, Any]:
+           images: int = 256, tolerance: float = 1e-4, device: str = "cpu", calibrate: bool = True,
+           allow_untrained: bool = False) -> dict[str, Any]:
     """Export a trained run as a bundle folder: the embedding model and ``bundle.json`` (docs/bundle.md).
 
     The model is backbone + head + L2 normalisation, the embedding evaluation uses, as ``model.onnx`` (dynamic
@@ -184,19 +186,21 @@ def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", fo
         tolerance: Largest max |Δ embedding| accepted.
         device: Where the models run while exporting and verifying.
         calibrate: Calibrate the acceptance thresholds (:mod:`dmlplug.bundle.calibrate`).
+        allow_untrained: Export a checkpoint written before any training step (refused otherwise).
 
     Returns:
         The written ``bundle.json`` as a dict.
 
     Raises:
-        dmlplug.bundle.errors.BundleError: ONNX packages missing, ``out`` not new, or the exported model
-            differs from PyTorch by more than ``tolerance`` (nothing is written).
+        dmlplug.bundle.errors.BundleError: ONNX packages missing, ``out`` not new, the checkpoint is the untrained
+            model (without ``allow_untrained``), or the exported model differs from PyTorch by more than
+            ``tolerance`` (nothing is written).
         dmlplug.errors.DataError: No loadable run at ``run_dir``.
     """
     from dmlplug.bundle.export import export_run
 
     return export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images, tolerance=tolerance,
-                      device=device, calibrate=calibrate)
+                      device=device, calibrate=calibrate, allow_untrained=allow_untrained)
 
 
 def load_bundle(path: str | Path, *, device: str = "cpu") -> Any:
@@ -217,7 +221,9 @@ def load_bundle(path: str | Path, *, device: str = "cpu") -> Any:
         ``build_index(images)``, ``threshold``, ``manifest``.
 
     Raises:
-        dmlplug.bundle.errors.BundleError: Not a bundle, another bundle format version, or a missing file.
+        dmlplug.bundle.errors.BundleError: Not a bundle, another bundle format version, a missing file, or a
+            model file that is damaged or not the one ``bundle.json`` records (size and sha256 checked once per
+            process and file version).
     """
     from dmlplug.bundle.bundle import load_bundle as _load_bundle
 

@@ -54,7 +54,7 @@ class BuildContext:
             "lr", "weight_decay"}]`` with the recipe's per-group learning rates already applied.
         optimizer: The built optimizer (learning-rate schedules).
         run_dir: The run directory, when there is one.
-        quiet: Whether console output should be reduced to log lines (``dmlplug run --quiet``).
+        quiet: Whether the run prints nothing while training (``dmlplug run --quiet``); components print nothing.
         needs: The engine services the recipe's components require (:class:`dmlplug.needs.EngineNeeds`),
             inside a run; ``None`` outside one.
         building: The component being built, for messages (``"loss 'margin' (plugin 'revisiting')"``); set by

@@ -20,7 +20,9 @@ def cmd_run(
     set_: SetOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Exact run directory (must be new or empty).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto, cpu or cuda (overrides run.device).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, log lines only.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print nothing while training (no progress bars, no epoch lines); the JSON summary "
+        "is still printed.")] = False,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue a run from its last checkpoint: the run directory given as RECIPE or --out, "
         "else the latest run of the recipe.")] = False,
@@ -35,7 +37,9 @@ def cmd_run(
     from dmlplug.engine.launch import run_recipe
 
     result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet, resume=resume, force=force)
-    summary = {"run_dir": str(result.directory), "initial": result.initial_metrics, "final": result.metrics}
+    summary = {"run_dir": str(result.directory), "selected_on": result.selected_on,
+               "reported_on": result.reported_on, "initial": result.initial_metrics, "final": result.metrics,
+               "best_epoch": result.best_epoch, "best": result.best_metrics}
     typer.echo(json.dumps(summary, indent=2))
 
 

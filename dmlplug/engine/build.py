@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.context import BuildContext
-from dmlplug.errors import ComponentError, DataError, DmlplugError, RunError
+from dmlplug.errors import ComponentError, DataError, DmlplugError
 from dmlplug.protocols import HasViewAugment
 from dmlplug.registry import singular
 
@@ -111,10 +111,11 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
     """Build ``[data.dataset]`` (class selection applied) and fill the context's data fields.
 
     Raises:
-        DataError: A split of the dataset is empty, or an evaluated split has no query with another item of its
-            class in the gallery (every kNN metric would be undefined: found here, not after an epoch).
-        RunError: ``[evaluation] split = "val"`` and the dataset has no validation split (checked here, before
-            the model is built, when ``dmlplug validate`` could not tell from the parameters).
+        DataError: A split of the dataset is empty, or the training split or an evaluated split (report and
+            selection) is below the minimum a run needs (:func:`dmlplug.data.splits.check_split_sizes`: two
+            classes; two query classes with another item of their class to find), found here, not after an epoch.
+        RunError: ``[evaluation] select_on`` or ``report_on`` is ``"val"`` and the dataset has no validation split
+            (checked here, before the model is built, when ``dmlplug validate`` could not tell from the parameters).
     """
     # train_classes / test_classes re-partition the bundle by class name.
     from dmlplug.data.splits import apply_recipe_classes
@@ -123,8 +124,7 @@ def build_dataset(recipe: Any, ctx: BuildContext) -> Any:
     dataset = build_component(spec, ctx)
     _check_dataset(dataset, spec.name)
     dataset = apply_recipe_classes(dataset, recipe.recipe.data)
-    _check_selection_split(dataset, recipe, spec.name)
-    _check_evaluable(dataset, recipe, spec.name)
+    _check_evaluated_splits(dataset, recipe, spec.name)
     ctx.train_labels = dataset.train.labels
     ctx.num_classes = int(dataset.train.num_classes)
     # Hierarchical samplers group classes by super-class.
@@ -266,35 +266,14 @@ def _check_dataset(dataset: Any, name: str) -> None:
                             fix="check the dataset root and split parameters")
 
 
-def _check_evaluable(dataset: Any, recipe: Any, name: str) -> None:
-    # Labels alone decide whether any query has a same-class item in its gallery; the evaluation would refuse
-    # the split anyway (evaluation.api.check_valid_queries), but only after the first epoch when
-    # [evaluation] initial = false. The label logic is EvalContext's own: built on 1-d zero embeddings.
-    import numpy as np
+def _check_evaluated_splits(dataset: Any, recipe: Any, name: str) -> None:
+    # The earliest point where a dataset that cannot tell from its parameters (e.g. a CSV list) shows whether it
+    # has a validation split and how many classes each split has: before the model, so a wrong split costs no
+    # backbone build or download, and a split with one class never gives recall 1.0 before training.
+    from dmlplug.data.splits import RECIPE_CLASSES_WHERE, check_split_sizes
+    from dmlplug.engine.selection import evaluated_splits, resolve_splits
 
-    from dmlplug.evaluation import EvalContext
-
-    splits = ["test"] + (["val"] if recipe.recipe.evaluation.split == "val" else [])
-    for split in splits:
-        labels = getattr(dataset, split).labels
-        masks = {}
-        if split == "test" and dataset.test_query_mask is not None:
-            masks = {"query_mask": dataset.test_query_mask, "gallery_mask": dataset.test_gallery_mask}
-        ctx = EvalContext(np.zeros((len(labels), 1), dtype=np.float32), labels, **masks)
-        if len(ctx.knn_queries) == 0:
-            raise DataError(
-                f"the {split} split of dataset {name!r} has no query with another item of its class in the "
-                f"gallery ({ctx.num_queries} queries), so every retrieval metric would be undefined",
-                where="[data.dataset]",
-                fix="give every evaluated class at least two images (or, with query/gallery lists, gallery "
-                    "images of the query classes)")
-
-
-def _check_selection_split(dataset: Any, recipe: Any, name: str) -> None:
-    # The earliest point where a dataset that cannot tell from its parameters (e.g. a CSV list) shows whether
-    # it has a validation split: before the model, so a wrong split costs no backbone build or download.
-    if recipe.recipe.evaluation.split == "val" and getattr(dataset, "val", None) is None:
-        raise RunError(f'evaluation.split is "val" but dataset {name!r} has no validation split',
-                       where="[evaluation] split",
-                       fix='set [evaluation] split = "test", or give the dataset validation classes (val_classes '
-                           "in [data.dataset], or 'val' rows in a CSV list)")
+    has_val = getattr(dataset, "val", None) is not None
+    resolve_splits(recipe.recipe.evaluation, has_val=has_val, dataset=name)
+    where = RECIPE_CLASSES_WHERE if recipe.recipe.data.train_classes is not None else f"[data.dataset] ({name})"
+    check_split_sizes(dataset, ("train", *evaluated_splits(recipe.recipe.evaluation, has_val)), where=where)

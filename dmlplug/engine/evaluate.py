@@ -1,17 +1,23 @@
-"""Evaluation during a run: embed a split, build its :class:`~dmlplug.evaluation.EvalContext`, run the evaluators.
+"""Evaluation during a run: what is evaluated when, embedding a split, running the evaluators, recording it.
 
-Under torchrun every rank embeds a shard and ends with the whole embedding matrix
-(:func:`dmlplug.engine.distributed.embed_dataset`), so every rank computes the same metrics.
+At every evaluation point (before training, after an epoch) :func:`at_evaluation_point` evaluates the report
+split when it is due and then the selection split (:class:`~dmlplug.engine.selection.SplitRoles`), records both
+and updates the best-evaluation tracker; at the end of a run :func:`report_selected` evaluates the selected
+checkpoint on the report split when it was not evaluated at its epoch. Under torchrun every rank embeds a shard
+and ends with the whole embedding matrix (:func:`dmlplug.engine.distributed.embed_dataset`), so every rank
+computes the same metrics.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dmlplug.devices import is_out_of_memory
-from dmlplug.engine import distributed
+from dmlplug.engine import distributed, rundir
+from dmlplug.engine import pictures as _pictures
 from dmlplug.engine.build import Components
 from dmlplug.engine.data import TransformedSource
 from dmlplug.errors import RunError
@@ -85,3 +91,88 @@ def write_artifacts(components: Components, eval_context: Any, directory: Path) 
     if eval_context is None:
         return []
     return write_all_artifacts([ev for _, ev in components.evaluators], eval_context, directory)
+
+
+def at_evaluation_point(run: Any, *, initial: bool = False) -> bool:
+    """Evaluate now (``initial``: before training): the report split when due, then the selection split.
+
+    The report split is evaluated first, so that the run's latest metrics (what the learning-rate schedule and
+    ``last.pt`` read) are the selection split's. It is due before training, after the last epoch and, with
+    ``[evaluation] report_curve``, at every evaluation (:meth:`~dmlplug.engine.selection.SplitRoles.report_due`).
+
+    Returns:
+        Whether the selection split's evaluation was selected as the best so far (``best.pt`` is due).
+    """
+    roles, reported = run.splits, None
+    if roles.report_due(run.epoch, run.recipe.recipe.run.epochs, initial):
+        reported, _ = evaluate_and_record(run, roles.report, initial=initial)
+    return evaluate_and_record(run, roles.select, initial=initial, reported=reported)[1]
+
+
+def evaluate_and_record(run: Any, split: str, *, initial: bool = False,
+                        reported: dict[str, float] | None = None) -> tuple[dict[str, float], bool]:
+    """Evaluate ``split`` now and record it; returns its metrics and whether they were selected as best.
+
+    The metrics are appended to ``metrics.jsonl`` (rank 0) and become the run's latest; on the report split
+    also its latest report (and with ``initial`` its initial metrics); on the selection split they update the
+    best-evaluation tracker (with ``reported``, the report split's metrics of the same weights, when known).
+    Then the retrieval pictures are drawn and ``on_eval_end`` is called, so hooks see a view where all of these
+    are current.
+    """
+    metrics = evaluate_safely(run.evaluate, split, model=run.components.model, recipe=run.recipe.recipe,
+                              checkpoint_dir=run.checkpoint_dir)
+    if run.dist.is_main:
+        rundir.append_metrics(run.directory, {"epoch": run.epoch, "step": run.step, "split": split,
+                                              "time": time.time(), **metrics})
+    run.last_metrics = metrics
+    roles, selected = run.splits, False
+    if split == roles.report:
+        run.best.record_report(metrics, run.epoch)
+        reported = metrics
+        if initial:
+            run.initial_metrics = metrics
+    if split == roles.select:
+        selected = run.best.update(metrics, run.epoch, step=run.step, reported=reported)
+    _pictures.at_evaluation(run, split)  # before on_eval_end: loggers read run.latest_pictures
+    run.host.pm.hook.on_eval_end(run=run.view, epoch=run.epoch, split=split, metrics=metrics)
+    return metrics, selected
+
+
+def report_selected(run: Any) -> dict[str, float] | None:
+    """At the end of a completed run: the report split's metrics of the selected checkpoint, when not yet known.
+
+    That is when the report split is not the selection split and was not evaluated at the selected epoch. Rank 0
+    loads ``best.pt``'s weights and sends them to every rank; the report split is evaluated and the trained
+    weights are put back. The evaluation is appended to ``metrics.jsonl`` with the checkpoint's epoch and step
+    and ``"report": "selected"``, and becomes ``best_metrics``; it is not passed to the loggers (it is not an
+    evaluation of the epoch just trained) and keeps the run's latest metrics and evaluation context.
+
+    Returns:
+        The metrics, or ``None`` when nothing had to be evaluated.
+    """
+    import torch
+
+    from dmlplug.checkpoints import load_checkpoint
+
+    best, split = run.best, run.splits.report
+    if best.epoch is None or best.reported is not None:
+        return None
+    model = run.components.model
+    # A copy on the host: no second set of weights on the device.
+    trained = {key: value.detach().to("cpu", copy=True) if torch.is_tensor(value) else value
+               for key, value in model.state_dict().items()}
+    if run.dist.is_main:
+        model.load_state_dict(load_checkpoint(run.checkpoint_dir / "best.pt", map_location="cpu")["model"])
+    distributed.broadcast_module(model)
+    try:
+        metrics = evaluate_safely(
+            lambda name: evaluate_split(run.components, run.recipe.recipe, name, device=run.device,
+                                        autocast=run.training.autocast)[0],
+            split, model=model, recipe=run.recipe.recipe, checkpoint_dir=run.checkpoint_dir)
+    finally:
+        model.load_state_dict(trained)
+    best.reported = metrics
+    if run.dist.is_main:
+        rundir.append_metrics(run.directory, {"epoch": best.epoch, "step": best.step, "split": split,
+                                              "time": time.time(), "report": "selected", **metrics})
+    return metrics

@@ -7,36 +7,32 @@ position (no initial evaluation again, the batches already trained in the epoch 
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 import torch
 
-from dmlplug.engine import distributed, rundir, state
-from dmlplug.engine import pictures as _pictures
+from dmlplug.engine import distributed, state
+from dmlplug.engine import evaluate as _evaluate
 from dmlplug.engine import resume as _resume
 from dmlplug.engine.model import freeze_backbone
-from dmlplug.errors import RunError
 
 
 def execute(run: Any) -> Any:
-    """Initial evaluation, training epochs with periodic evaluation, evaluator artifacts; returns the result.
+    """Initial evaluation, epochs with periodic evaluation, the selected checkpoint's report; returns the result.
+
+    What is evaluated when: :func:`dmlplug.engine.evaluate.at_evaluation_point`; then the evaluator artifacts.
 
     Raises:
-        RunError: The evaluation split does not exist, or training failed (see the train step).
+        RunError: Training failed (see the train step).
         dmlplug.engine.resume.RunInterrupted: SIGTERM/SIGINT arrived; a checkpoint was written first.
     """
     r = run.recipe.recipe
-    split = r.evaluation.split
-    if split == "val" and run.components.dataset.val is None:
-        raise RunError("evaluation.split is 'val' but the dataset has no validation split",
-                       where="[evaluation] split", fix="set val_classes in [data.dataset] or use split = 'test'")
     first, skip = 1, 0
     if run.resumed:
         first = run.epoch + 1 if run.epoch_complete else run.epoch
         skip = 0 if run.epoch_complete else run.epoch_step
     elif r.evaluation.initial or r.run.epochs == 0:
-        state.checkpoint(run, evaluate(run, split, initial=True))
+        state.checkpoint(run, _evaluate.at_evaluation_point(run, initial=True))
     for epoch in range(first, r.run.epochs + 1):
         if distributed.any_rank(run.stop_signal is not None):  # arrived during an evaluation
             state.checkpoint(run, False)
@@ -46,10 +42,11 @@ def execute(run: Any) -> Any:
         train_epoch(run, skip)
         skip = 0
         evaluate_now = epoch % r.evaluation.every == 0 or epoch == r.run.epochs
-        improved = evaluate(run, split) if evaluate_now else False
+        improved = _evaluate.at_evaluation_point(run) if evaluate_now else False
         step_schedule(run, evaluate_now)
         run.epoch_complete = True
         state.checkpoint(run, evaluate_now and improved)
+    _evaluate.report_selected(run)
     if run.dist.is_main:
         run.write_artifacts()
     return run.result("completed")
@@ -94,29 +91,6 @@ def train_epoch(run: Any, skip: int = 0) -> None:
         if stop:
             raise_interrupted(run)
     run.loss_log.check()  # before evaluating: a non-finite step is reported as such, not as a broken evaluation
-
-
-def evaluate(run: Any, split: str, *, initial: bool = False) -> bool:
-    """Evaluate ``split`` now and record it; returns whether the selection metric improved.
-
-    The metrics are appended to ``metrics.jsonl`` (rank 0), become the run's latest (and with ``initial``
-    its initial) metrics, update the best-evaluation tracker, and then ``on_eval_end`` is called, so hooks
-    see a view where all of these are current.
-    """
-    from dmlplug.engine.evaluate import evaluate_safely
-
-    metrics = evaluate_safely(run.evaluate, split, model=run.components.model, recipe=run.recipe.recipe,
-                              checkpoint_dir=run.checkpoint_dir)
-    if run.dist.is_main:
-        rundir.append_metrics(run.directory, {"epoch": run.epoch, "step": run.step, "split": split,
-                                              "time": time.time(), **metrics})
-    run.last_metrics = metrics
-    if initial:
-        run.initial_metrics = metrics
-    improved = run.best.update(metrics, run.epoch)
-    _pictures.at_evaluation(run, split)  # before on_eval_end: loggers read run.latest_pictures
-    run.host.pm.hook.on_eval_end(run=run.view, epoch=run.epoch, split=split, metrics=metrics)
-    return improved
 
 
 def step_schedule(run: Any, evaluated: bool) -> None:

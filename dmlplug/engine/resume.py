@@ -114,7 +114,12 @@ def record_resume(directory: Path, state: dict[str, Any], diff: list[dict[str, A
 
 
 def trim_metrics(directory: Path, step: int) -> None:
-    """Drop ``metrics.jsonl`` records written after the checkpoint (they will be written again)."""
+    """Drop ``metrics.jsonl`` records written after the checkpoint (they will be written again).
+
+    Those are the records of a later step, and the end-of-run report of the selected checkpoint (``"report"``
+    key: written after the last checkpoint with that checkpoint's earlier step), which a run continued with more
+    epochs reports again at its new end.
+    """
     path = Path(directory) / rundir.METRICS_LOG
     if not path.is_file():
         return
@@ -126,7 +131,7 @@ def trim_metrics(directory: Path, step: int) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a kill: it was after the checkpoint anyway
             continue
-        if int(record.get("step", 0)) <= step:
+        if int(record.get("step", 0)) <= step and "report" not in record:
             kept.append(line)
     write_text(path, "".join(f"{line}\n" for line in kept))
 

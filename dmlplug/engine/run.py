@@ -24,7 +24,7 @@ from dmlplug.engine.build import Components, build_components, new_context
 from dmlplug.engine.evaluate import evaluate_split, write_artifacts
 from dmlplug.engine.losslog import LossLog
 from dmlplug.engine.seeding import seed_everything
-from dmlplug.engine.selection import BestTracker
+from dmlplug.engine.selection import BestTracker, SplitRoles, resolve_splits
 from dmlplug.engine.train_step import TrainStep
 from dmlplug.engine.view import ReadOnlyRun
 from dmlplug.files import write_json
@@ -32,7 +32,12 @@ from dmlplug.files import write_json
 
 @dataclass
 class RunResult:
-    """The outcome of :func:`dmlplug.engine.launch.run_recipe`, as also written to ``results.json``."""
+    """The outcome of :func:`dmlplug.engine.launch.run_recipe`, as also written to ``results.json``.
+
+    ``initial_metrics``, ``metrics`` and ``best_metrics`` are on the report split (:attr:`reported_on`): before
+    training, the final model, and the checkpoint selected on :attr:`selected_on` (``best.pt``, epoch
+    :attr:`best_epoch`); ``selection_metrics`` are that checkpoint's metrics on the selection split.
+    """
 
     directory: Path
     status: str
@@ -40,6 +45,9 @@ class RunResult:
     metrics: dict[str, float] = field(default_factory=dict)
     best_metrics: dict[str, float] = field(default_factory=dict)
     best_epoch: int | None = None
+    selection_metrics: dict[str, float] = field(default_factory=dict)
+    selected_on: str | None = None
+    reported_on: str | None = None
 
 
 class Run:
@@ -61,6 +69,8 @@ class Run:
         step: Global optimizer step.
         epoch_step: Batches of the current epoch already trained.
         epoch_complete: False from the first batch of an epoch until its end-of-epoch checkpoint.
+        splits: Which split selects and which reports (:class:`~dmlplug.engine.selection.SplitRoles`), set
+            by :meth:`build` once the dataset shows whether it has a validation split.
         best: The best evaluation so far (:class:`~dmlplug.engine.selection.BestTracker`).
         resumed: Whether :meth:`restore` continued the run from a checkpoint.
         loss_log: The loss terms of the steps not yet read back from the device
@@ -82,7 +92,9 @@ class Run:
         self.epoch = self.step = self.epoch_step = 0
         self.epoch_complete = True
         self.epoch_generator_state: Any = None  # the loader's generator at the start of the current epoch
-        self.best = BestTracker(recipe.recipe.evaluation.metric, recipe.recipe.evaluation.mode)
+        evaluation = recipe.recipe.evaluation
+        self.splits: SplitRoles | None = None
+        self.best = BestTracker(evaluation.metric, evaluation.mode, select_initial=evaluation.select_initial)
         self.initial_metrics: dict[str, float] = {}
         self.last_metrics: dict[str, float] = {}
         self.knn_backend: str | None = None
@@ -131,6 +143,8 @@ class Run:
         self.ctx = new_context(self.recipe, device=self.device, host=self.host, run_dir=self.directory,
                                quiet=self.quiet)
         self.components = build_components(self.recipe, self.ctx)
+        self.splits = resolve_splits(r.evaluation, has_val=self.components.dataset.val is not None,
+                                     dataset=str(r.data.dataset.get("name")))
         self.training = assemble(self.components, r, device=self.device, rank=self.dist.rank,
                                  world_size=self.dist.world_size)
         self.train_step = TrainStep(self.components, self.training, device=self.device, grad_clip=r.run.grad_clip,
@@ -196,20 +210,30 @@ class Run:
         return write_artifacts(self._components(), self.eval_context, self.directory)
 
     def result(self, status: str, error: BaseException | None = None) -> RunResult:
-        """Write ``results.json`` (rank 0) and return the result."""
-        best = self.best
-        result = RunResult(self.directory, status, self.initial_metrics, self.last_metrics, best.metrics, best.epoch)
+        """Write ``results.json`` (rank 0) and return the result (fields: docs/run-directory.md)."""
+        best, evaluation = self.best, self.recipe.recipe.evaluation
+        # before the dataset is built (a failed build) the selection split is what the recipe says (maybe auto)
+        splits = self.splits or SplitRoles(evaluation.select_on, evaluation.report_on)
+        reported = best.reported or {}
+        result = RunResult(self.directory, status, self.initial_metrics, best.latest_report, reported, best.epoch,
+                           best.metrics, splits.select, splits.report)
         payload = {
             "status": status,
             "name": self.recipe.recipe.run.name,
             # an epoch interrupted mid-way is not completed (resume continues it)
             "epochs_completed": self.epoch if self.epoch_complete else self.epoch - 1,
             "steps": self.step,
-            "selection_metric": self.recipe.recipe.evaluation.metric,
+            "selected_on": splits.select,
+            "reported_on": splits.report,
+            "selection_metric": evaluation.metric,
+            "selection_mode": evaluation.mode,
+            "select_initial": evaluation.select_initial,
             "initial_metrics": self.initial_metrics,
-            "metrics": self.last_metrics,
-            "best_metrics": best.metrics,
+            "metrics": best.latest_report,
+            "metrics_epoch": best.latest_report_epoch,
+            "best_metrics": reported,
             "best_epoch": best.epoch,
+            "selection_metrics": best.metrics,
             "knn_backend": self.knn_backend,
         }
         if error is not None:

@@ -47,8 +47,11 @@ class LoadedRun:
 def find_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path, Path | None]:
     """``(checkpoint file, run directory or None)`` for a run directory or a checkpoint file.
 
-    In a run directory, ``checkpoints/<checkpoint>.pt`` is taken, else ``best.pt``, else ``last.pt`` (a run
-    stopped before its first evaluation has no ``best.pt``).
+    In a run directory, ``"best"`` is the checkpoint that holds the run's selected evaluation as every command
+    reads it (:func:`dmlplug.evaluation.best.read_best`: ``best.pt``, or ``last.pt`` for an older run whose
+    ``best.pt`` holds its untrained model and whose selected trained epoch is the last); otherwise
+    ``checkpoints/<checkpoint>.pt`` is taken, else ``best.pt``, else ``last.pt`` (a run that selected nothing,
+    e.g. one stopped before its first evaluation, has no ``best.pt``).
 
     Raises:
         DataError: Nothing usable at ``path``.
@@ -57,6 +60,15 @@ def find_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path, P
     if target.is_file():
         run_dir = target.parent.parent if target.parent.name == rundir.CHECKPOINTS else None
         return target, run_dir
+    if target.is_dir() and checkpoint == "best" and (target / rundir.RESULTS).is_file():
+        from dmlplug.evaluation.best import read_best
+
+        try:
+            selected = read_best(target).checkpoint
+        except DataError:  # an unreadable results.json: the files decide, as below
+            selected = None
+        if selected is not None:
+            return selected, target
     if target.is_dir():
         for name in dict.fromkeys((checkpoint, "best", "last")):
             candidate = target / rundir.CHECKPOINTS / f"{name}.pt"

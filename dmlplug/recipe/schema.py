@@ -140,13 +140,26 @@ class SchedulerSection(Params):
 
 
 class EvaluationSection(Params):
-    """``[evaluation]``: when to evaluate and which metric selects the best checkpoint."""
+    """``[evaluation]``: when to evaluate, which split and metric select the best checkpoint, which split reports."""
 
     every: int = Field(1, ge=1, description="Evaluate every N epochs (and always after the last).")
-    initial: bool = Field(True, description="Evaluate the untrained model before training.")
+    initial: bool = Field(True, description="Evaluate the untrained model before training (a baseline: it is not "
+                                            "a candidate for best.pt unless select_initial).")
     metric: str = Field("recall@1", description="Metric that selects best.pt.")
     mode: Literal["max", "min"] = Field("max", description="Whether a larger metric is better.")
-    split: Literal["test", "val"] = Field("test", description="Split used for model selection.")
+    select_on: Literal["auto", "val", "test"] = Field(
+        "auto", description="Split whose evaluations select best.pt: auto = val when the dataset has a validation "
+        "split, else test (results.json says which: selected_on). Formerly `split`, still accepted.")
+    report_on: Literal["test", "val"] = Field(
+        "test", description="Split whose metrics the run reports (results.json initial_metrics, metrics, "
+        "best_metrics = the selected checkpoint evaluated on it). When it is not the selection split it never "
+        "selects: it is evaluated before training, after the last epoch and, at the end, for best.pt.")
+    report_curve: bool = Field(
+        False, description="When the report split is not the selection split: evaluate it at every evaluation too "
+        "(its learning curve in metrics.jsonl and the loggers; it still never selects).")
+    select_initial: bool = Field(
+        False, description="Let the untrained model's evaluation (epoch 0) be selected as best.pt; off, it is a "
+        "baseline only and best.pt is a trained checkpoint.")
     backend: Literal[KNN_BACKENDS] = Field(  # type: ignore[valid-type]  # the one list, see knn_backends
         "auto", description="kNN backend: " + ", ".join(KNN_BACKENDS) + ". " + KNN_BACKEND_HELP + ".")
     memory_budget_mb: int | None = Field(None, ge=16, description="Memory budget of the kNN search.")
@@ -156,6 +169,27 @@ class EvaluationSection(Params):
                                              "datasets only.")
     pictures_queries: int = Field(16, ge=1, le=64, description="Queries (rows) in each retrieval picture.")
     pictures_k: int = Field(5, ge=1, le=20, description="Neighbours shown per query in the retrieval pictures.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_split_key(cls, data: Any) -> Any:
+        # `split` was the name of `select_on`; recipes and commands written with it keep their meaning.
+        if isinstance(data, dict) and "split" in data:
+            if "select_on" in data:
+                raise ValueError("give select_on only: split is its former name (fix: remove split)")
+            data = {**data, "select_on": data["split"]}
+            del data["split"]
+        return data
+
+    @model_validator(mode="after")
+    def _report_is_not_selected_on_test(self) -> EvaluationSection:
+        if self.select_on == "test" and self.report_on == "val":
+            raise ValueError('select_on = "test" with report_on = "val" reports validation numbers of a checkpoint '
+                             'chosen on the test split (fix: select_on = "val" or "auto", or report_on = "test")')
+        if self.select_initial and not self.initial:
+            raise ValueError("select_initial = true needs the initial evaluation (fix: initial = true, or "
+                             "select_initial = false)")
+        return self
 
 
 class Recipe(Params):

@@ -2,13 +2,15 @@
 
 Runs are grouped by their resolved recipe with ``run.seed``, ``run.name`` and ``run.output_dir`` left out:
 runs of one group differ only in their seed, and their metrics are reported as mean ± sample standard
-deviation over seeds. Only completed runs are averaged together: failed and interrupted runs form their own
-rows, marked ``[failed]`` / ``[interrupted]``. Each group is labelled by its run name, plus every recipe value
-that tells groups of the same name apart (:mod:`dmlplug.report.runs`).
+deviation over distinct seeds (runs that repeat a seed are averaged first and said so; one seed shows no
+spread). Only completed runs are averaged together: failed and interrupted runs form their own rows, marked
+``[failed]`` / ``[interrupted]``. Each group is labelled by its run name, plus the recipe values that tell
+groups of the same name apart (:mod:`dmlplug.report.labels`).
 
 Values:
-    * final: ``results.json`` ``metrics`` (the last evaluation);
-    * best: ``results.json`` ``best_metrics`` (the evaluation selected by ``evaluation.metric``);
+    * final: ``results.json`` ``metrics`` (the last evaluation of the report split);
+    * best: the checkpoint selected on the selection split, evaluated on the report split
+      (:func:`dmlplug.evaluation.best.read_best`, the definition every command uses);
     * learning curves: every evaluation in ``metrics.jsonl`` (mean over the group's seeds per epoch), and the
       training loss ``train/loss/total`` from the runs' TensorBoard events when there are some
       (:mod:`dmlplug.report.figures`);
@@ -67,17 +69,27 @@ class Report:
     def markdown(self, relative_to: Path | None = None) -> str:
         """The report as Markdown (figures linked relative to ``relative_to`` when given)."""
         lines = ["# dmlplug report", ""]
-        head = ["run", "seeds", *self.extra_columns()]
+        protocols = list(dict.fromkeys(g.protocol for g in self.groups))
+        head = ["run", "seeds", *(["selected → reported"] if len(protocols) > 1 else []), *self.extra_columns()]
         head += [f"final {m}" for m in self.metrics] + [f"best {m}" for m in self.metrics]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for g in self.groups:
-            cells = [g.label, str(len(g.runs)), *self.extra_cells(g, "–")]
+            cells = [g.label, _seeds_cell(g), *([g.protocol] if len(protocols) > 1 else []),
+                     *self.extra_cells(g, "–")]
             cells += [_cell(g.stat("final", m)) for m in self.metrics]
             cells += [_cell(g.stat("best", m)) for m in self.metrics]
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Values: mean ± sample std over seeds (a single run shows its value). final = last evaluation, "
-                      "best = the evaluation selected by `evaluation.metric`.", ""]
+        splits = f" Selected on → reported on: {protocols[0]}." if len(protocols) == 1 else ""
+        lines += ["", "Values: mean ± sample std over distinct seeds (a single seed shows its value). final = last "
+                      "evaluation of the report split, best = the checkpoint selected by `evaluation.metric` on the "
+                      f"selection split, evaluated on the report split.{splits}", ""]
+        repeats = [f"{g.label}: " + ", ".join(f"seed {seed} ran {count} times" for seed, count in
+                                              g.repeated_seeds.items()) for g in self.groups if g.repeated_seeds]
+        if repeats:
+            lines += ["Repeated seeds (their runs are averaged into one value per seed before the mean and spread "
+                      "over seeds; a spread between runs of one seed is not a spread over seeds): "
+                      + "; ".join(repeats) + ".", ""]
         unfinished = [g.label for g in self.groups if g.status != "completed"]
         if unfinished:
             lines += ["Not completed (their values are those of their last evaluation, kept apart from the "
@@ -90,7 +102,9 @@ class Report:
         for g in self.groups:
             for r in g.runs:
                 where = f"epoch {r.best_epoch}" if r.best_epoch is not None else "–"
-                lines.append(f"- {g.label}: `{r.directory}` (seed {r.seed}, {r.status}, best at {where})")
+                note = f"; {r.best_note}" if r.best_note else ""
+                lines.append(f"- {g.label}: `{r.directory}` (seed {r.seed}, {r.status}, best at {where}, selected on "
+                             f"{r.selected_on}, reported on {r.reported_on}{note})")
         if self.figures:
             lines += ["", "## Figures", ""]
             for path in self.figures:
@@ -103,22 +117,33 @@ class Report:
         return "\n".join(lines).rstrip() + "\n"
 
     def csv(self) -> str:
-        """One row per group: label, runs, seeds, the sections' columns, mean/std of final and best values, status."""
+        """One row per group: label, runs, distinct seeds, splits, the sections' columns, values, status.
+
+        The values are mean and std of final and best values (std empty for a single seed).
+        """
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        header = ["run", "runs", "seeds", *self.extra_columns()]
+        header = ["run", "runs", "seeds", "selected_on", "reported_on", *self.extra_columns()]
         for which in ("final", "best"):
             for m in self.metrics:
                 header += [f"{which}/{m}/mean", f"{which}/{m}/std"]
         writer.writerow([*header, "status"])
         for g in self.groups:
-            row: list[Any] = [g.label, len(g.runs), " ".join(str(s) for s in g.seeds), *self.extra_cells(g, "")]
+            row: list[Any] = [g.label, len(g.runs), " ".join(str(s) for s in g.distinct_seeds),
+                              " ".join(dict.fromkeys(r.selected_on for r in g.runs)),
+                              " ".join(dict.fromkeys(r.reported_on for r in g.runs)), *self.extra_cells(g, "")]
             for which in ("final", "best"):
                 for m in self.metrics:
-                    mean, std, _ = g.stat(which, m)
-                    row += [_num(mean), _num(std)]
+                    mean, std, n = g.stat(which, m)
+                    row += [_num(mean), _num(std) if n > 1 else ""]
             writer.writerow([*row, g.status])
         return buffer.getvalue()
+
+
+def _seeds_cell(group: Group) -> str:
+    """Distinct seeds, and the number of runs when some repeat a seed (``1 (2 runs)``)."""
+    seeds = len(group.distinct_seeds)
+    return f"{seeds} ({len(group.runs)} runs)" if len(group.runs) > seeds else str(seeds)
 
 
 def _cell(stat: tuple[float, float, int]) -> str:

@@ -11,27 +11,33 @@ from dmlplug.report.runs import Group
 
 
 def learning_curves(groups: Sequence[Group], metric: str) -> Any:
-    """``metric`` per epoch, one line per group (mean over seeds, band: min–max)."""
+    """``metric`` per epoch, one line per group and evaluated split (mean over seeds, band: min–max).
+
+    The splits are never mixed: a run that selects on ``val`` and reports on ``test`` has a line for each (the
+    ``test`` line holds the epochs at which it was evaluated, see docs/evaluation.md), dashed for ``val``.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
+    splits = {str(rec.get("split", "test")) for g in groups for r in g.runs for rec in r.curves if metric in rec}
     for g in groups:
-        per_epoch: dict[int, list[float]] = {}
+        per_split: dict[str, dict[int, list[float]]] = {}
         for r in g.runs:
             for rec in r.curves:
                 value = rec.get(metric)
                 if isinstance(value, int | float) and math.isfinite(value):
+                    per_epoch = per_split.setdefault(str(rec.get("split", "test")), {})
                     per_epoch.setdefault(int(rec.get("epoch", 0)), []).append(float(value))
-        if not per_epoch:
-            continue
-        epochs = sorted(per_epoch)
-        means = [sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs]
-        line = ax.plot(epochs, means, marker="o", label=g.label)[0]
-        if len(g.runs) > 1:
-            lo = [min(per_epoch[e]) for e in epochs]
-            hi = [max(per_epoch[e]) for e in epochs]
-            ax.fill_between(epochs, lo, hi, color=line.get_color(), alpha=0.15)
+        for split, per_epoch in sorted(per_split.items()):
+            epochs = sorted(per_epoch)
+            means = [sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs]
+            label = f"{g.label} [{split}]" if len(splits) > 1 else g.label
+            line = ax.plot(epochs, means, marker="o", label=label, linestyle="--" if split == "val" else "-")[0]
+            if len(g.runs) > 1:
+                lo = [min(per_epoch[e]) for e in epochs]
+                hi = [max(per_epoch[e]) for e in epochs]
+                ax.fill_between(epochs, lo, hi, color=line.get_color(), alpha=0.15)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

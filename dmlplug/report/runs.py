@@ -1,4 +1,8 @@
-"""Reading run directories for ``dmlplug report``: results, resolved recipe, curves; grouping by recipe."""
+"""Reading run directories for ``dmlplug report``: results, resolved recipe, curves; grouping by recipe.
+
+A run's "best" values are what :func:`dmlplug.evaluation.best.read_best` says (the one definition every command
+reads); a group's statistics are over its distinct seeds (:meth:`Group.stat`).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from typing import Any
 
 from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import DataError
+from dmlplug.evaluation.best import read_best, read_records
+from dmlplug.report.labels import label_keys, shown_value
 
 #: Recipe keys that do not make two runs different experiments.
 _RUN_ONLY = ("seed", "name", "output_dir")
@@ -23,7 +29,12 @@ COMPLETED = "completed"
 
 @dataclass
 class RunRecord:
-    """One run directory as read from disk."""
+    """One run directory as read from disk.
+
+    ``final`` and ``best`` are on the report split (:attr:`reported_on`): the last evaluation of it, and the
+    checkpoint selected on :attr:`selected_on` (:func:`dmlplug.evaluation.best.read_best`; :attr:`best_note` says
+    why it differs from an older ``results.json``).
+    """
 
     directory: Path
     name: str
@@ -35,6 +46,9 @@ class RunRecord:
     best_epoch: int | None
     curves: list[dict[str, Any]]
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    selected_on: str = "test"
+    reported_on: str = "test"
+    best_note: str | None = None
 
 
 @dataclass
@@ -52,18 +66,41 @@ class Group:
 
     @property
     def seeds(self) -> list[int | None]:
-        """Seeds of the runs."""
+        """Seeds of the runs (a seed run twice is listed twice)."""
         return [r.seed for r in self.runs]
 
+    @property
+    def distinct_seeds(self) -> list[int | None]:
+        """The distinct seeds of the runs, in order of first appearance."""
+        return list(dict.fromkeys(self.seeds))
+
+    @property
+    def repeated_seeds(self) -> dict[int | None, int]:
+        """Seeds run more than once, with how many runs each has."""
+        return {s: self.seeds.count(s) for s in self.distinct_seeds if self.seeds.count(s) > 1}
+
     def stat(self, which: str, metric: str) -> tuple[float, float, int]:
-        """``(mean, sample std, n)`` of ``final`` or ``best`` values over the runs that have the metric."""
-        values = [getattr(r, which)[metric] for r in self.runs if metric in getattr(r, which)]
-        values = [v for v in values if math.isfinite(v)]
+        """``(mean, sample std, n)`` of ``final`` or ``best`` values over the distinct seeds that have the metric.
+
+        Runs that repeat a seed are averaged first: they are one sample of the seed, so ``n`` counts seeds and
+        the spread is over seeds only (0.0, shown as none, when there is a single seed).
+        """
+        per_seed: dict[int | None, list[float]] = {}
+        for r in self.runs:
+            value = getattr(r, which).get(metric)
+            if value is not None and math.isfinite(value):
+                per_seed.setdefault(r.seed, []).append(value)
+        values = [sum(v) / len(v) for v in per_seed.values()]
         if not values:
             return math.nan, math.nan, 0
         mean = sum(values) / len(values)
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
         return mean, std, len(values)
+
+    @property
+    def protocol(self) -> str:
+        """Which split selected and which reported, ``"val → test"`` (``"val → test / test → test"`` if mixed)."""
+        return " / ".join(dict.fromkeys(f"{r.selected_on} → {r.reported_on}" for r in self.runs))
 
 
 
@@ -108,24 +145,17 @@ def read_run(directory: Path) -> RunRecord:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise DataError(f"cannot read recipe.resolved.toml: {exc}", where=str(directory),
                         fix="a run directory written by `dmlplug run` has it") from None
-    curves = []
-    log = directory / "metrics.jsonl"
-    if log.is_file():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                try:
-                    curves.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line cut by an interrupted write ends the log
     run = recipe.get("run", {})
+    best = read_best(directory, results=results, recipe=recipe)
 
     def floats(values: Any) -> dict[str, float]:
         return {k: float(v) for k, v in (values or {}).items() if isinstance(v, int | float)}
 
     record = RunRecord(directory=directory, name=str(results.get("name") or run.get("name") or directory.name),
                        status=str(results.get("status", "unknown")), seed=run.get("seed"), recipe=recipe,
-                       final=floats(results.get("metrics")), best=floats(results.get("best_metrics")),
-                       best_epoch=results.get("best_epoch"), curves=curves)
+                       final=floats(results.get("metrics")), best=best.metrics, best_epoch=best.epoch,
+                       curves=read_records(directory), selected_on=best.selected_on, reported_on=best.reported_on,
+                       best_note=best.note)
     record.loss_curve = _loss_curve(directory / "tb")
     return record
 
@@ -150,8 +180,8 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
 
     Only completed runs are averaged together: failed and interrupted runs form groups of their own, marked
     in the label (``exp [interrupted]``), so a report never mixes a half-trained run into a completed mean.
-    Groups of the same run name are labelled with every recipe value that differs between them, in full,
-    so no two groups read the same.
+    Groups of the same run name are labelled with the recipe values that tell them apart, in full
+    (:func:`dmlplug.report.labels.label_keys`), so no two groups read the same.
     """
     groups: dict[str, Group] = {}
     for record in runs:
@@ -169,19 +199,11 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
         by_name.setdefault(g.label, []).append(g)
     for name, same in by_name.items():
         flats = [flatten_recipe(json.loads(g.key.split("\n")[0])) for g in same]
-        keys = sorted({k for f in flats for k in f if len({json.dumps(x.get(k), default=str) for x in flats}) > 1})
-        for g, flat in zip(same, flats, strict=True):
-            label = name + (" (" + ", ".join(f"{k}={_shown(flat.get(k))}" for k in keys) + ")" if keys else "")
+        for g, flat, keys in zip(same, flats, label_keys(flats), strict=True):
+            label = name + (" (" + ", ".join(f"{k}={shown_value(flat.get(k))}" for k in keys) + ")" if keys else "")
             g.label = label + (f" [{g.status}]" if g.status != COMPLETED else "")
     _make_unique(result)
     return sorted(result, key=lambda g: (_natural(g.label), g.label))
-
-
-def _shown(value: Any) -> str:
-    """A recipe value in a label: as TOML would show it, but strings bare (``split_id=2``, ``name=arcface``)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, default=str) if isinstance(value, list | dict | bool) or value is None else str(value)
 
 
 def _make_unique(groups: list[Group]) -> None:

@@ -1,4 +1,7 @@
-"""The ``console`` logger: a progress bar per epoch on a terminal, one line per evaluation on stderr."""
+"""The ``console`` logger: a progress bar per epoch on a terminal, one line per evaluation on stderr.
+
+A quiet run (``dmlplug run --quiet``, ``dmlplug.run(..., quiet=True)``) prints nothing: no bar, no lines.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,11 @@ from dmlplug import hookimpl
 
 
 class ConsoleLogger:
-    """Progress bar per epoch (on a terminal) and one line per evaluation.
+    """Progress bar per epoch (on a terminal), one line per evaluation, and the selected checkpoint at the end.
 
     Args:
         params: The logger's :class:`~dmlplug_builtins.loggers.ConsoleParams`.
-        quiet: No progress bar (``dmlplug run --quiet``).
+        quiet: Print nothing (``dmlplug run --quiet``, ``dmlplug.run(..., quiet=True)``).
     """
 
     def __init__(self, params: Any, quiet: bool):
@@ -26,7 +29,12 @@ class ConsoleLogger:
         self._epoch_start = 0.0
 
     def _print(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        if self.quiet:  # the one place output leaves this logger: a quiet run prints nothing
+            return
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     @hookimpl
     def on_run_start(self, run):
@@ -66,15 +74,29 @@ class ConsoleLogger:
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float | int))
         timing = f" ({time.time() - self._epoch_start:.1f}s)" if epoch > 0 else ""
         loss = f" loss={self._last_losses['total']:.4f}" if epoch > 0 and self._last_losses else ""
-        line = f"epoch {epoch} {split}{loss}{timing}: {shown}"
-        if self._progress is not None:
-            self._progress.console.print(line)
-        else:
-            self._print(line)
+        self._print(f"epoch {epoch} {split}{loss}{timing}: {shown}")
 
     @hookimpl
     def on_run_end(self, run, status, error):
-        """Stop the progress display; say how the run ended and where its results are."""
+        """Stop the progress display; say which checkpoint was selected, how the run ended and where it is."""
         if self._progress is not None:
             self._progress.stop()
+            self._progress = None
+        if status == "completed":
+            self._print(selected_line(run.directory))
         self._print(f"dmlplug: run {status}; results in {run.directory}")
+
+
+def selected_line(directory: Any) -> str:
+    """``best.pt``: its epoch, the split that selected it and its metrics on the report split (results.json)."""
+    from dmlplug.errors import DmlplugError
+    from dmlplug.evaluation.best import read_best
+
+    try:
+        best = read_best(directory)
+    except DmlplugError as exc:
+        return f"dmlplug: no selected checkpoint to show: {exc.what}"
+    if best.epoch is None:
+        return "dmlplug: no checkpoint selected (no evaluation of a trained model)"
+    shown = " ".join(f"{k}={v:.4f}" for k, v in best.metrics.items())
+    return f"dmlplug: best.pt = epoch {best.epoch}, selected on {best.selected_on}; {best.reported_on}: {shown}"

@@ -35,6 +35,8 @@ class TensorBoardLogger:
         self.params = params
         self.writer: SummaryWriter | None = None  # opened by on_run_start
         self._epoch_logged: tuple[int, int] | None = None  # (step, epoch) of the last ``epoch`` scalar
+        #: The split of the latest evaluation: the run's eval_context, latest_metrics and best_metrics are its.
+        self._last_split = "test"
 
     @hookimpl
     def on_run_start(self, run):
@@ -74,6 +76,7 @@ class TensorBoardLogger:
     @hookimpl
     def on_eval_end(self, run, epoch, split, metrics):
         """Metrics, counts, pair-distance histograms and evaluator figures of the evaluation, at the global step."""
+        self._last_split = split
         step = run.step
         counts = {}
         for name, value in metrics.items():
@@ -137,7 +140,7 @@ class TensorBoardLogger:
         import torch
 
         assert self.writer is not None  # on_run_end calls this only with an open writer
-        split = run.recipe.evaluation.split
+        split = self._last_split
         source = getattr(run.dataset, split)
         rng = np.random.default_rng(run.recipe.run.seed)
         n = len(eval_context.labels)
@@ -156,7 +159,7 @@ class TensorBoardLogger:
 
     def _hparams(self, run) -> None:
         assert self.writer is not None  # on_run_end calls this only with an open writer
-        split = run.recipe.evaluation.split
+        split = self._last_split
         latest = {k: float(v) for k, v in run.latest_metrics.items() if isinstance(v, float | int)}
         metrics = {f"hparams/final/{split}/{k}": v for k, v in latest.items() if k not in BOOKKEEPING}
         metrics.update({f"hparams/best/{split}/{k}": float(v) for k, v in run.best_metrics.items()

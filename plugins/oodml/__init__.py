@@ -124,7 +124,7 @@ def build_fewshot(params: FewShotParams, ctx: BuildContext) -> Any:
     """The few-shot evaluator (it runs the protocol when its run completes, see :func:`on_run_end`)."""
     from dmlplug_builtins.oodml.evaluator import FewShotEvaluator
 
-    return FewShotEvaluator(params)
+    return FewShotEvaluator(params, quiet=ctx.quiet)
 
 
 # ---------------------------------------------------------------------------------------------- hooks

@@ -23,8 +23,9 @@ class FewShotEvaluator:
 
     name = "fewshot"
 
-    def __init__(self, params: FewShotParams):
+    def __init__(self, params: FewShotParams, *, quiet: bool = False):
         self.params = params
+        self.quiet = quiet  # a quiet run prints nothing: the table is in fewshot.json and results.json
         self.report: Any = None
         self._in_run = False
 
@@ -85,4 +86,5 @@ class FewShotEvaluator:
             payload = json.loads(results.read_text(encoding="utf-8"))
             payload["fewshot"] = report.flat_metrics()
             write_json(results, payload)
-        print("few-shot adaptation (mean ± 95% CI over episodes):\n" + report.table(), file=sys.stderr)
+        if not self.quiet:
+            print("few-shot adaptation (mean ± 95% CI over episodes):\n" + report.table(), file=sys.stderr)

@@ -2,7 +2,10 @@
 
 A run trained on an ooDML split has ``[data.dataset] name = "oodml_split"`` in its resolved recipe; the
 FID of its split is read from the split file (a relative path is looked for from the working directory,
-then from the run directory). Runs of one report group share their recipe, hence their split.
+then from the run directory). Runs of one report group share their recipe, hence their split. The values are
+the groups' "best" values: each run's selected checkpoint on its report split, as
+:func:`dmlplug.evaluation.best.read_best` defines it for every command (``dmlplug oodml summarize --reduce best``
+gives the same AGS).
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ def group_fids(groups: Sequence[Any]) -> dict[str, float]:
 
 
 def split_ags(groups: Sequence[Any], fids: dict[str, float], metrics: Sequence[str]) -> dict[str, float]:
-    """AGS of every metric over the groups' best values (fractions), for metrics with two or more distinct FIDs."""
+    """AGS of every metric over the groups' best values (fractions), for metrics with two or more distinct FIDs.
+
+    A group's value is the mean over its distinct seeds of the selected checkpoints' values (:meth:`Group.stat`).
+    """
     from dmlplug_builtins.oodml.ags import ags
 
     scores = {}
@@ -72,7 +78,8 @@ def oodml_section(groups: Sequence[Any], metrics: Sequence[str], figure_dir: Pat
     lines = [f"{len(fids)} of {len(groups)} run groups trained on ooDML splits; column {COLUMN} is the "
              "Fréchet distance of the split's train and test classes."]
     if scores:
-        lines += ["", "AGS (area under the metric-vs-normalised-FID curve of the best values): "
+        lines += ["", "AGS (area under the metric-vs-normalised-FID curve of the best values: the selected "
+                  "checkpoints on the report split): "
                   + ", ".join(f"{m} {format_value(v)}" for m, v in scores.items())]
     figures = []
     if scores and figure_dir is not None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dmlplug.errors import DataError
+from dmlplug.evaluation.best import metrics_of, read_best, read_records
 from dmlplug.evaluation.formatting import format_mean_spread, format_value
 from dmlplug_builtins.oodml.ags import ags, normalized_fids
 from dmlplug_builtins.oodml.splitfile import read_split_file
@@ -31,37 +32,40 @@ def run_metrics(directory: Path, reduce: Reduce = "max") -> dict[str, float]:
 
     Args:
         directory: The run directory.
-        reduce: ``"max"``: for every metric separately its maximum over the evaluations after training
-            started on the test split (the ooDML/Revisiting reporting protocol, docs/methods/revisiting.md; the
-            untrained
-            evaluation counts only when there is no other); ``"best"``: the metrics of the epoch selected
-            by ``evaluation.metric`` (``best_metrics``); ``"final"``: the last evaluation.
+        reduce: ``"max"``: for every metric separately its maximum over the test evaluations after training
+            started (the ooDML/Revisiting reporting protocol, docs/methods/revisiting.md; the untrained evaluation
+            counts only when there is no other); it needs a test evaluation at every evaluated epoch.
+            ``"best"``: the selected checkpoint's metrics on the report split
+            (:func:`dmlplug.evaluation.best.read_best`, as ``dmlplug report`` and ``dmlplug export`` read them).
+            ``"final"``: the last evaluation of the report split.
 
     Raises:
-        DataError: The run has no usable results.
+        DataError: The run has no usable results, or (``max``) its test split was not evaluated at every epoch.
     """
-    if reduce in ("best", "final"):
+    if reduce == "best":
+        return read_best(directory).metrics
+    if reduce == "final":
         results = json.loads((directory / "results.json").read_text(encoding="utf-8"))
-        values = results.get("best_metrics" if reduce == "best" else "metrics") or {}
-        return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
-    records = []
-    log = directory / "metrics.jsonl"
-    if log.is_file():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                records.append(json.loads(line))
-    records = [r for r in records if r.get("split") == "test"]
-    if not records:
+        return metrics_of(results.get("metrics") or {})
+    records = [r for r in read_records(directory) if "report" not in r]  # re-evaluations are not epochs
+    tested = [r for r in records if r.get("split") == "test"]
+    if not tested:
         raise DataError(f"run {directory} has no test-split evaluations in metrics.jsonl",
-                        fix="use --reduce best or --reduce final (e.g. runs that select on validation)")
-    trained = [r for r in records if r.get("epoch", 0) > 0] or records
-    skip = {"epoch", "step", "split", "time"}
+                        fix="use --reduce best or --reduce final (e.g. runs that report on validation)")
+    epochs = {int(r.get("epoch", 0)) for r in records if r.get("epoch", 0) > 0}
+    missing = sorted(epochs - {int(r.get("epoch", 0)) for r in tested})
+    if missing:
+        raise DataError(f"run {directory} evaluated the test split at only some epochs (not at {missing[:5]}): "
+                        "it selects on another split, so a maximum over its test evaluations is not the maximum "
+                        "over epochs", where=str(directory / "metrics.jsonl"),
+                        fix="use --reduce best (the selected checkpoint's test values), or train with "
+                            "--set evaluation.report_curve=true for a test evaluation at every epoch")
+    trained = [r for r in tested if r.get("epoch", 0) > 0] or tested
     metrics: dict[str, float] = {}
     for record in trained:
-        for key, value in record.items():
-            if key in skip or not isinstance(value, int | float) or not math.isfinite(value):
-                continue
-            metrics[key] = max(metrics.get(key, -math.inf), float(value))
+        for key, value in metrics_of(record).items():
+            if math.isfinite(value):
+                metrics[key] = max(metrics.get(key, -math.inf), value)
     return metrics
 
 

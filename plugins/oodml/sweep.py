@@ -179,7 +179,7 @@ def run_sweep(
     first_run = [*forwarded, f"run.seed={int(seeds[0])}"]
     # Everything is checked before the sweep directory is made, so that a fix (another --set) can reuse --out.
     # The recipes checked are the wrapped ones the runs train: a few-shot base part has the validation split
-    # that `evaluation.split = "val"` needs, which the plain recipe lacks.
+    # that `evaluation.select_on = "val"` needs (and that "auto" selects on), which the plain recipe lacks.
     for split_id in chosen:
         wrapped = split_recipe(base, Path(splits).resolve(), split_id, part)
         dmlplug.validate(wrapped, first_run)

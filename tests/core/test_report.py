@@ -158,7 +158,7 @@ def test_cli_prints_the_report(tmp_path):
     proc = run_cli("report", tmp_path / "run", "--csv", tmp_path / "t.csv")
     assert proc.returncode == 0, proc.stderr
     assert "| exp | 1 | 0.2500 | 0.2500 |" in proc.stdout
-    assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,final/recall@1/mean")
+    assert (tmp_path / "t.csv").read_text().startswith("run,runs,seeds,selected_on,reported_on,final/recall@1/mean")
     bad = run_cli("report", tmp_path / "nope")
     assert bad.returncode == 2 and "does not exist" in bad.stderr
 
@@ -209,3 +209,87 @@ def test_failed_and_interrupted_runs_are_marked_and_not_averaged(tmp_path):
     rows = {r["run"]: r for r in csv.DictReader(io.StringIO(report.csv()))}
     assert {label: r["status"] for label, r in rows.items()} == {
         "exp": "completed", "exp [interrupted]": "interrupted", "exp [failed]": "failed"}
+
+
+def test_runs_that_repeat_a_seed_count_once_and_show_no_spread(tmp_path):
+    # Two runs of seed 0 are one sample of the seed: "seeds 1", their mean, no "± 0.0000" pretending a spread.
+    fake_run(tmp_path / "a" / "r1", seed=0, final={"recall@1": 0.50})
+    fake_run(tmp_path / "a" / "r2", seed=0, final={"recall@1": 0.50})
+    report = build_report([tmp_path / "a"])
+    (group,) = report.groups
+    assert group.distinct_seeds == [0] and group.repeated_seeds == {0: 2}
+    assert group.stat("final", "recall@1") == (pytest.approx(0.5), 0.0, 1)
+    text = report.markdown()
+    rows = [line for line in text.splitlines() if line.startswith("| exp")]
+    assert rows == ["| exp | 1 (2 runs) | 0.5000 | 0.5000 |"]
+    assert "exp: seed 0 ran 2 times" in text
+    row = next(csv.DictReader(io.StringIO(report.csv())))
+    assert (row["runs"], row["seeds"], row["final/recall@1/std"]) == ("2", "0", "")
+
+
+def test_repeats_of_a_seed_are_averaged_before_the_spread_over_seeds(tmp_path):
+    for name, seed, value in (("r1", 0, 0.4), ("r2", 0, 0.6), ("r3", 1, 0.7)):
+        fake_run(tmp_path / name, seed=seed, final={"recall@1": value})
+    (group,) = build_report([tmp_path]).groups
+    mean, std, n = group.stat("final", "recall@1")
+    # seed 0 -> 0.5, seed 1 -> 0.7: two samples, not three
+    assert n == 2 and mean == pytest.approx(0.6) and std == pytest.approx(statistics.stdev([0.5, 0.7]))
+    assert "| exp | 2 (3 runs) | 0.6000 ± 0.1414 |" in build_report([tmp_path]).markdown()
+
+
+def test_labels_leave_out_what_the_component_name_or_a_default_already_says(tmp_path):
+    # Another loss: its parameters (margin here, alpha there) follow from loss.name and are not labels.
+    fake_run(tmp_path / "arc", final={"recall@1": 0.1},
+             recipe_changes={"loss.name": "arcface", "loss.margin": 28.6, "loss.scale": 64.0})
+    fake_run(tmp_path / "ms", final={"recall@1": 0.2}, recipe_changes={"loss.alpha": 2.0})
+    # Clipping set in one run, unset (None, not written to TOML) in the other: a real difference.
+    fake_run(tmp_path / "clip", final={"recall@1": 0.3}, recipe_changes={"loss.alpha": 2.0, "run.grad_clip": 1.0})
+    # A key of a newer dmlplug at its default, absent from an older run's recipe: not a difference.
+    fake_run(tmp_path / "newer", final={"recall@1": 0.4},
+             recipe_changes={"loss.name": "arcface", "loss.margin": 28.6, "loss.scale": 64.0,
+                             "evaluation.select_on": "auto", "evaluation.report_curve": False})
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    # Only the two arcface runs, which would read the same, show the keys that tell them apart.
+    assert labels == ["exp (evaluation.report_curve=false, evaluation.select_on=auto, loss.name=arcface, "
+                      "run.grad_clip=none)",
+                      "exp (evaluation.report_curve=none, evaluation.select_on=none, loss.name=arcface, "
+                      "run.grad_clip=none)",
+                      "exp (loss.name=multi_similarity, run.grad_clip=1.0)",
+                      "exp (loss.name=multi_similarity, run.grad_clip=none)"]
+
+
+def test_a_parameter_that_differs_within_one_component_is_a_label(tmp_path):
+    fake_run(tmp_path / "a", final={"recall@1": 0.1}, recipe_changes={"loss.name": "arcface", "loss.margin": 28.6})
+    fake_run(tmp_path / "b", final={"recall@1": 0.2}, recipe_changes={"loss.name": "arcface", "loss.margin": 10.0})
+    fake_run(tmp_path / "c", final={"recall@1": 0.3}, recipe_changes={"loss.alpha": 2.0})
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    assert labels == ["exp (loss.margin=10.0, loss.name=arcface)", "exp (loss.margin=28.6, loss.name=arcface)",
+                      "exp (loss.margin=none, loss.name=multi_similarity)"]
+
+
+def test_an_older_run_that_selected_its_untrained_model_is_read_with_the_current_rule(tmp_path):
+    # results.json of an older dmlplug: best_epoch 0 (the untrained model won on recall@1).
+    run = fake_run(tmp_path / "old", final={"recall@1": 0.30}, best={"recall@1": 0.90},
+                   curve=[{"recall@1": 0.90}, {"recall@1": 0.20}, {"recall@1": 0.35}, {"recall@1": 0.30}])
+    results = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**results, "best_epoch": 0, "epochs_completed": 3}))
+    report = build_report([run])
+    (record,) = report.groups[0].runs
+    assert (record.best_epoch, record.best) == (2, {"recall@1": 0.35})
+    assert "selected again among the trained evaluations: epoch 2" in report.markdown()
+
+
+def test_a_key_only_a_newer_dmlplug_writes_is_not_a_label_when_it_holds_its_default(tmp_path):
+    fake_run(tmp_path / "old", final={"recall@1": 0.1})
+    fake_run(tmp_path / "new", lr=1e-2, final={"recall@1": 0.2},
+             recipe_changes={"evaluation.select_on": "auto", "evaluation.select_initial": False})
+    fake_run(tmp_path / "changed", lr=1e-2, final={"recall@1": 0.3}, recipe_changes={"evaluation.select_on": "val"})
+    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    assert labels == ["exp (evaluation.select_on=auto, optimizer.lr=0.01)",
+                      "exp (evaluation.select_on=none, optimizer.lr=0.001)",
+                      "exp (evaluation.select_on=val, optimizer.lr=0.01)"]
+    fake_run(tmp_path / "b" / "old", final={"recall@1": 0.1})
+    fake_run(tmp_path / "b" / "new", lr=1e-2, final={"recall@1": 0.2},
+             recipe_changes={"evaluation.select_on": "auto", "evaluation.select_initial": False})
+    assert sorted(g.label for g in build_report([tmp_path / "b"]).groups) == ["exp (optimizer.lr=0.001)",
+                                                                             "exp (optimizer.lr=0.01)"]

@@ -106,7 +106,7 @@ CASES = {
     # Without the early check this ran a whole epoch (no initial evaluation) before the evaluation refused it.
     "test split without a valid query": (['data.dataset.name="lone_test"', "evaluation.initial=false"], DataError,
                                          "no query with another item of its class", False),
-    "val split only the data shows": (['data.dataset.name="no_val"', 'evaluation.split="val"'], RunError,
+    "val split only the data shows": (['data.dataset.name="no_val"', 'evaluation.select_on="val"'], RunError,
                                       "no validation split", False),
     "component without its EMA momentum": (['regularizers=[{name="no_momentum"}]'], RunError, "ema_momentum",
                                            False),

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -84,3 +85,16 @@ def test_results_count_only_completed_epochs(tiny_recipe, tmp_path, step, comple
         host.pm.unregister(plugin)
     results = json.loads((tmp_path / "r" / "results.json").read_text())
     assert (results["status"], results["steps"], results["epochs_completed"]) == ("interrupted", step, completed)
+
+
+def test_results_json_holds_the_fields_the_docs_describe(tiny_run):
+    from e2e import ROOT
+
+    results = json.loads((tiny_run / "results.json").read_text())
+    row = next(line for line in (ROOT / "docs" / "run-directory.md").read_text().splitlines()
+               if line.startswith("| `results.json` |"))
+    documented = set(re.findall(r"`(\w+)`", row)) - {"results"}
+    assert set(results) == documented - {"error"}  # error only when failed
+    # A dataset with validation classes: selected on them, reported on the test split, both said.
+    assert (results["selected_on"], results["reported_on"], results["select_initial"]) == ("val", "test", False)
+    assert results["best_epoch"] >= 1 and results["best_metrics"] and results["selection_metrics"]

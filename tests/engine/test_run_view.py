@@ -101,7 +101,7 @@ def test_every_hook_gets_the_same_live_read_only_view(tiny_recipe, tmp_path):
 
     initial_eval = next(e for e in spy.seen if e[0] == "eval" and e[1] == 0)
     assert initial_eval[2] and initial_eval[3] == result.initial_metrics and initial_eval[5]
-    assert initial_eval[4] == result.initial_metrics  # the best so far includes the evaluation just made
+    assert initial_eval[4] == {}  # the untrained model is a baseline, never a candidate: nothing selected yet
     steps = [e for e in spy.seen if e[0] == "step"]
     assert [s[1] for s in steps] == [1, 2, 3, 4] and all(s[1] == s[2] and s[3] == 1 and s[4] for s in steps)
     assert ("epoch", 1, 1, 0) in spy.seen

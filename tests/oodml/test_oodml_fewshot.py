@@ -200,3 +200,11 @@ def test_the_report_table_uses_report_units_and_no_interval_for_one_episode():
     recall, map_line = report.table().splitlines()[1:]
     assert recall.split()[-3:] == ["0.6123", "±", "0.0456"] and "61.23" not in recall
     assert map_line.split()[-2:] == ["0.5000", "0.5000"]  # one episode: a mean, no "± nan"
+
+
+def test_the_fewshot_evaluator_of_a_quiet_run_prints_no_table():
+    from dmlplug.context import BuildContext
+    from dmlplug_builtins.oodml import FewShotParams, build_fewshot
+
+    assert build_fewshot(FewShotParams(), BuildContext(quiet=True)).quiet is True
+    assert build_fewshot(FewShotParams(), BuildContext()).quiet is False

@@ -161,6 +161,63 @@ def test_summary_statistics_and_ags_oracle(tmp_path):
         summarize_sweep(tmp_path, metrics=["map@1000"])
 
 
+def test_report_and_summarize_read_the_same_best_of_runs_whose_untrained_model_won(tmp_path):
+    """The audit's sweep: runs of an older dmlplug recorded the untrained model (epoch 0) as best; `dmlplug report`
+    (best values) and `dmlplug oodml summarize` (max over trained epochs) then gave different AGS."""
+    import tomli_w
+
+    from dmlplug.report import build_report
+    from dmlplug_builtins.oodml.report import group_fids, split_ags
+
+    runs = {
+        (1, 0): [(0, {"recall@1": 0.95}), (1, {"recall@1": 0.8}), (2, {"recall@1": 0.5})],
+        (1, 1): [(0, {"recall@1": 0.1}), (1, {"recall@1": 0.4}), (2, {"recall@1": 0.6})],
+        (2, 0): [(0, {"recall@1": 0.9}), (1, {"recall@1": 0.2}), (2, {"recall@1": 0.4})],
+        (2, 1): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.3}), (2, {"recall@1": 0.3})],
+        (3, 0): [(0, {"recall@1": 0.7}), (1, {"recall@1": 0.5}), (2, {"recall@1": 0.3})],
+        (3, 1): [(0, {"recall@1": 0.0}), (1, {"recall@1": 0.5}), (2, {"recall@1": 0.5})],
+    }
+    fake_sweep(tmp_path, runs)
+    for (split, seed), history in runs.items():
+        run = run_directory(tmp_path, split, seed)
+        best = max(range(len(history)), key=lambda e: (history[e][1]["recall@1"], -e))  # the old rule: epoch 0 too
+        (run / "results.json").write_text(json.dumps({
+            "status": "completed", "name": "sweep", "epochs_completed": 2, "metrics": history[-1][1],
+            "best_metrics": history[best][1], "best_epoch": best}))
+        recipe = {"run": {"name": "sweep", "seed": seed, "epochs": 2}, "evaluation": {"metric": "recall@1"},
+                  "data": {"dataset": {"name": "oodml_split", "split_file": str(tmp_path / "splits.json"),
+                                       "split_id": split, "part": "zero_shot", "dataset": {"name": "glyphs"}}}}
+        (run / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
+    report = build_report([tmp_path])
+    reported = split_ags(report.groups, group_fids(report.groups), ["recall@1"])["recall@1"]
+    best, most = (summarize_sweep(tmp_path, reduce=reduce).ags["recall@1"] for reduce in ("best", "max"))
+    # Trained epochs only: split 1 (0.8 + 0.6) / 2, split 2 (0.4 + 0.3) / 2, split 3 (0.5 + 0.5) / 2.
+    assert reported == best == most == pytest.approx(ags([10, 30, 20], [0.7, 0.35, 0.5]))
+    assert [r.best_epoch for r in report.groups[0].runs] == [1, 2]
+
+
+def test_a_run_selected_on_val_has_no_max_over_test_epochs_but_its_best(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"epoch": 0, "split": "test", "recall@1": 0.1}, {"epoch": 0, "split": "val", "recall@1": 0.2}]
+    records += [{"epoch": e, "split": "val", "recall@1": v} for e, v in ((1, 0.5), (2, 0.7), (3, 0.6))]
+    records += [{"epoch": 3, "split": "test", "recall@1": 0.45},
+                {"epoch": 2, "split": "test", "report": "selected", "recall@1": 0.4}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "results.json").write_text(json.dumps({
+        "status": "completed", "selected_on": "val", "reported_on": "test", "best_epoch": 2,
+        "best_metrics": {"recall@1": 0.4}, "metrics": {"recall@1": 0.45}, "selection_metrics": {"recall@1": 0.7}}))
+    assert run_metrics(run, "best") == {"recall@1": 0.4} and run_metrics(run, "final") == {"recall@1": 0.45}
+    with pytest.raises(DataError, match=r"test split at only some epochs \(not at \[1, 2\]\)") as info:
+        run_metrics(run, "max")
+    assert "report_curve" in info.value.fix
+    # With the report split's curve (a test evaluation at every epoch), max is over the epochs again.
+    curve = [r for r in records if "report" not in r] + [{"epoch": e, "split": "test", "recall@1": v}
+                                                          for e, v in ((1, 0.3), (2, 0.4))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
+    assert run_metrics(run, "max") == {"recall@1": 0.45}
+
+
 def test_sweep_skips_finished_runs_and_restarts_unfinished_ones(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text(TINY_RECIPE)
@@ -369,7 +426,8 @@ def test_a_split_the_sampler_cannot_fill_stops_the_sweep_before_any_run(tmp_path
 
 def test_the_sweep_validates_the_wrapped_recipes_before_making_its_directory(tmp_path):
     """Found by the glyph study: `--part few_shot_base --set evaluation.split=val` (the documented few-shot base
-    sweep) was refused because the plain recipe, not the wrapped one, was validated."""
+    sweep) was refused because the plain recipe, not the wrapped one, was validated. `split` is the former name of
+    `select_on`, still accepted."""
     splits = [OodSplit(id=1, fid=1.0, train=["a", "b"], test=["c", "d"], split_train=["a"], split_val=["b"],
                        episodes={})]
     split_path = save_splits(tmp_path / "s.json", SplitFile(splits=splits))
@@ -383,11 +441,12 @@ def test_the_sweep_validates_the_wrapped_recipes_before_making_its_directory(tmp
         (Path(out) / "results.json").write_text(json.dumps({"status": "completed"}))
 
     run_sweep(recipe, split_path, seeds=[0], sweep_dir=tmp_path / "base", part="few_shot_base", runner=runner,
-              overrides=["evaluation.split=val"], check_data=False, echo=lambda _: None)
-    assert ran == [["evaluation.split=val", "run.seed=0"]]
+              overrides=["evaluation.select_on=val"], check_data=False, echo=lambda _: None)
+    assert ran == [["evaluation.select_on=val", "run.seed=0"]]
     from dmlplug.errors import RecipeError
 
-    for overrides in (["evaluation.split=val"], ["data.batch_size=0"]):  # no validation split; invalid value
+    # no validation split (named either way); an invalid value
+    for overrides in (["evaluation.select_on=val"], ["evaluation.split=val"], ["data.batch_size=0"]):
         with pytest.raises(RecipeError):
             run_sweep(recipe, split_path, seeds=[0], sweep_dir=tmp_path / "zero", runner=runner,
                       overrides=overrides, check_data=False, echo=lambda _: None)
