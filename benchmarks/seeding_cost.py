@@ -1,4 +1,4 @@
-"""Cost of per-sample augmentation seeding: no seeding vs the former scheme vs the current one.
+"""Cost of per-sample augmentation seeding: no seeding vs the former scheme vs the current one, all or declared sources.
 
 Loads batches of the quickstart's shapes (glyph dataset, 32 px, ``augment = "light"``, batch 64) in the main
 process, as ``data.workers = 0`` does, three ways, alternating in every round so a slow phase of the machine
@@ -8,9 +8,11 @@ hits all of them:
 - ``former``: the scheme dmlplug used before (kept here for the comparison only): a numpy ``SeedSequence``
   per sample, and per image saving, seeding (``torch.manual_seed``, which also seeds CUDA) and restoring
   python's, numpy's and torch's global generators;
-- ``current``: :func:`dmlplug.engine.seeding.sample_seed` (splitmix64) and
+- ``current``: :func:`dmlplug.engine.seeding.sample_seeds` (splitmix64, one batch at a time) and
   :class:`dmlplug.engine.seeding.SeededDataset` (torch's CPU generator, python and numpy seeded per sample,
-  states saved and restored once per batch).
+  states saved and restored once per batch): what a policy that declares no ``random_sources`` gets;
+- ``declared``: the same with only torch's generator seeded, what the built-in policies get (they declare
+  ``random_sources = {"torch"}``: torchvision's v2 transforms draw from nothing else).
 
 Each variant includes computing the seeds, loading, transforming and collating the batch. Prints the median
 CPU time (of the loading thread, so the numbers hold on a busy machine) per batch and per image, the seeding
@@ -71,12 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     import dmlplug
     from dmlplug.data.transforms import build_transform
     from dmlplug.engine.data import TransformedSource
-    from dmlplug.engine.seeding import SeededDataset, SeededIndex, sample_seed
+    from dmlplug.engine.seeding import SeededDataset, SeededIndex, sample_seeds
 
     torch.set_num_threads(1)  # as in a DataLoader worker
     bundle = dmlplug.create("dataset", "glyphs", num_classes=300, images_per_class=32)
     dataset = TransformedSource(bundle.train, build_transform("train", augment="light", image_size=32))
     seeded = SeededDataset(dataset)
+    declared = SeededDataset(dataset, frozenset({"torch"}))
     order = np.random.default_rng(0).permutation(len(dataset))
     size = args.batch_size
 
@@ -90,11 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         return default_collate([former_load(dataset, i, former_sample_seed(0, 1, b * size + slot))
                                 for slot, i in enumerate(batch_indices(b))])
 
-    def current(b: int):
-        indices = [SeededIndex(i, sample_seed(0, 1, b * size + slot)) for slot, i in enumerate(batch_indices(b))]
-        return default_collate(seeded.__getitems__(indices))
+    def seeded_batch(b: int) -> list[SeededIndex]:
+        return [SeededIndex(i, seed) for i, seed in zip(batch_indices(b), sample_seeds(0, 1, b * size, size),
+                                                        strict=True)]
 
-    variants = {"unseeded": unseeded, "former": former, "current": current}
+    def current(b: int):
+        return default_collate(seeded.__getitems__(seeded_batch(b)))
+
+    def declared_torch(b: int):
+        return default_collate(declared.__getitems__(seeded_batch(b)))
+
+    variants = {"unseeded": unseeded, "former": former, "current": current, "declared": declared_torch}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for fn in variants.values():  # warm-up
         fn(0)

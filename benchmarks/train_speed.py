@@ -220,11 +220,26 @@ def geometric_interval(ratios: list[float]) -> tuple[float, float, float]:
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean of ``values`` and its 95% interval (Student's t)."""
+    import math
+
+    from scipy.stats import t
+
+    centre = statistics.fmean(values)
+    half = float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return centre, centre - half, centre + half
+
+
 def measure(p: Preset, mode: str, workers: int, steps: int, warmup: int, rounds: int, source,
-            tmp: Path, extra: tuple[str, ...] = ()) -> tuple[dict[str, list[float]], list[float]]:
-    """Timed steps per side (warm-up dropped) and the paired ratios (per step or per round)."""
+            tmp: Path, extra: tuple[str, ...] = ()) -> tuple[dict[str, list[float]], list[float], list[float]]:
+    """Timed steps per side (warm-up dropped), the paired ratios and the paired differences dmlplug − bare (s).
+
+    Pairs are per step when interleaved, per round (of the medians) otherwise.
+    """
     timed: dict[str, list[float]] = {"dmlplug": [], "bare": []}
     pairs: list[float] = []
+    differences: list[float] = []
     for r in range(rounds):
         out = tmp / f"w{workers}r{r}"
         if mode == "interleaved":
@@ -234,6 +249,7 @@ def measure(p: Preset, mode: str, workers: int, steps: int, warmup: int, rounds:
             # dmlplug[i] is the step after bare_times[i]: pair each with the bare step just before it
             d, b = clock.dmlplug[warmup - 1:], clock.bare_times[warmup - 1:len(clock.dmlplug)]
             pairs += [x / y for x, y in zip(d, b, strict=True)]
+            differences += [x - y for x, y in zip(d, b, strict=True)]
         else:
             # alternate which side goes first, so a slow phase of the machine hits both
             sides = {}
@@ -243,11 +259,12 @@ def measure(p: Preset, mode: str, workers: int, steps: int, warmup: int, rounds:
                 sides[side] = t[warmup - 1:]  # t[0] is the time between steps 1 and 2
             d, b = sides["dmlplug"], sides["bare"]
             pairs.append(statistics.median(d) / statistics.median(b))
+            differences.append(statistics.median(d) - statistics.median(b))
         timed["dmlplug"] += d
         timed["bare"] += b
         print(f"workers={workers} round {r + 1}/{rounds}: bare {statistics.median(b) * 1e3:.1f} ms, "
               f"dmlplug {statistics.median(d) * 1e3:.1f} ms", flush=True)
-    return timed, pairs
+    return timed, pairs, differences
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; dmlplug with {' '.join(args.extra)}" if args.extra else ""))
     with tempfile.TemporaryDirectory() as tmp:
         for w in workers:
-            timed, pairs = measure(p, mode, w, steps, warmup, rounds, bundle.train, Path(tmp), tuple(args.extra))
+            timed, pairs, differences = measure(p, mode, w, steps, warmup, rounds, bundle.train, Path(tmp),
+                                                tuple(args.extra))
             med = {side: statistics.median(t) for side, t in timed.items()}
             mean = {side: statistics.fmean(t) for side, t in timed.items()}
             for side in ("bare", "dmlplug"):
@@ -298,9 +316,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{p.batch_size / med[side]:8.0f} images/s  (mean {mean[side] * 1e3:.1f} ms, "
                       f"{len(timed[side])} steps)")
             centre, low, high = geometric_interval(pairs)
+            unit = "steps" if mode == "interleaved" else "rounds"
             print(f"workers={w} ratio dmlplug / bare = {med['dmlplug'] / med['bare']:.3f} (medians), "
                   f"{mean['dmlplug'] / mean['bare']:.3f} (means); paired: {centre:.3f}, 95% interval "
-                  f"{low:.3f}-{high:.3f} ({len(pairs)} {'steps' if mode == 'interleaved' else 'rounds'})")
+                  f"{low:.3f}-{high:.3f} ({len(pairs)} {unit})")
+            # the overhead in absolute terms: what a faster step (a GPU's) would expose as a larger ratio
+            extra_s, extra_low, extra_high = mean_interval(differences)
+            print(f"workers={w} overhead dmlplug - bare (paired mean): {extra_s * 1e3:+.2f} ms per step "
+                  f"(95% interval {extra_low * 1e3:+.2f} to {extra_high * 1e3:+.2f}), "
+                  f"{extra_s / p.batch_size * 1e6:+.1f} us per image")
     return 0
 
 

@@ -283,6 +283,17 @@ class HasViewAugment(Protocol):
 
 
 @runtime_checkable
+class HasRandomSources(Protocol):
+    """An augmentation policy that names the global generators it draws from (default: all three).
+
+    Any of ``"torch"`` (torch's default CPU generator), ``"python"`` (``random``) and ``"numpy"``
+    (``np.random``); the engine seeds only these per sample (torchvision's v2 transforms draw from torch only).
+    """
+
+    random_sources: frozenset[str]
+
+
+@runtime_checkable
 class HasEmaMomentum(Protocol):
     """A component that requires ``"ema"`` says how fast the engine's EMA model follows the model."""
 

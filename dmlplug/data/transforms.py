@@ -62,6 +62,20 @@ def eval_crop(augmentation: Any) -> bool:
     return bool(augmentation.eval_crop) if isinstance(augmentation, HasEvalCrop) else True
 
 
+def random_sources(transform: Any) -> frozenset[str]:
+    """The global generators a built train transform draws from: its policies' ``random_sources``.
+
+    A policy without the attribute may draw from any of them (torch, python's ``random``, numpy), and all are
+    seeded per sample; a :class:`MultiView` draws from the union of its transforms'.
+    """
+    from dmlplug.engine.seeding import RANDOM_SOURCES
+    from dmlplug.protocols import HasRandomSources
+
+    if isinstance(transform, MultiView):
+        return frozenset().union(*(random_sources(t) for t in transform.transforms))
+    return frozenset(transform.random_sources) if isinstance(transform, HasRandomSources) else RANDOM_SOURCES
+
+
 class MultiView:
     """Apply several transforms to the same image and return every result, in order.
 

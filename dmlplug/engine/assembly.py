@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from dmlplug.context import BuildContext
+from dmlplug.data.transforms import random_sources
 from dmlplug.devices import autocast_dtype
 from dmlplug.engine.batches import BatchPlan
 from dmlplug.engine.build import Components, build_component
@@ -74,8 +75,9 @@ def assemble(components: Components, recipe: Any, *, device: str, rank: int = 0,
     autocast = autocast_dtype(recipe.run.precision, device)
     plan = BatchPlan(c.sampler, rank, world_size, seed=recipe.run.seed)
     # SeededDataset is map-style without subclassing torch's Dataset (seeding.py imports no torch at import).
-    loader = train_loader(SeededDataset(TransformedSource(c.dataset.train, c.train_transform)),  # type: ignore[arg-type]
-                          plan, workers=recipe.data.workers, device=device, seed=recipe.run.seed)
+    seeded = SeededDataset(TransformedSource(c.dataset.train, c.train_transform), random_sources(c.train_transform))
+    loader = train_loader(seeded, plan, workers=recipe.data.workers, device=device,  # type: ignore[arg-type]
+                          seed=recipe.run.seed)
     return Training(
         optimizer=optimizer,
         scheduler=schedule,

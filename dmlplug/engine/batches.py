@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dmlplug.engine.seeding import SeededIndex, sample_seed
+from dmlplug.engine.seeding import SeededIndex, sample_seeds
 from dmlplug.errors import RunError
 from dmlplug.protocols import HasSetEpoch
 
@@ -57,8 +57,8 @@ class BatchPlan:
             if position < self.skip:
                 continue
             if self.seed is not None:
-                batch = [SeededIndex(int(i), sample_seed(self.seed, self.epoch, start + slot))
-                         for slot, i in enumerate(batch)]
+                seeds = sample_seeds(self.seed, self.epoch, start, len(batch))
+                batch = [SeededIndex(int(i), seed) for i, seed in zip(batch, seeds, strict=True)]
             if self.world_size > 1:
                 if len(batch) % self.world_size:
                     raise RunError(

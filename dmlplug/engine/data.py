@@ -31,14 +31,15 @@ class TransformedSource(Dataset):
         self.source = source
         self.transform = transform
         self.tensors = tensors
+        load_tensor = getattr(source, "load_tensor", None) if tensors else None
+        # chosen once: this runs for every training image
+        self._load = load_tensor if load_tensor is not None else source.load_image
 
     def __len__(self) -> int:
         return len(self.source)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
-        load_tensor = getattr(self.source, "load_tensor", None) if self.tensors else None
-        image = load_tensor(int(index)) if load_tensor is not None else self.source.load_image(int(index))
-        out = self.transform(image)
+        out = self.transform(self._load(int(index)))
         if isinstance(out, tuple | list):
             out = torch.stack(list(out))
         return out, int(self.source.labels[index]), int(index)

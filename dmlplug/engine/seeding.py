@@ -11,9 +11,12 @@ build, medians):
 - only ``torch.default_generator`` is seeded (~1.3 µs): ``torch.manual_seed`` also seeds every CUDA device
   (and queues that seeding when CUDA is not initialised yet) and took ~190 µs; dataset transforms run on the
   CPU, so the CUDA generators are neither seeded nor disturbed;
-- python's ``random`` (~4.6 µs) and numpy's global ``RandomState`` (~2 µs) are still seeded per sample, so
-  third-party transforms that draw from them stay reproducible: together under 10 µs per image, small
-  against decoding and transforming it;
+- python's ``random`` and numpy's global ``RandomState`` are seeded per sample too, so third-party transforms
+  that draw from them stay reproducible, unless the augmentation policy declares the generators it draws
+  from (:class:`~dmlplug.protocols.HasRandomSources`; the built-ins: torch only). Measured in the loading of a
+  glyph batch (64 images, thread CPU time): seeding all three cost ~1.25 ms per batch (~20 µs per image, the
+  first draws after a reseed included), torch alone ~0.4 ms;
+- the seeds of a batch are computed together, with numpy's wrapping uint64 arithmetic;
 - the global states are saved before a batch and restored after it (:meth:`SeededDataset.__getitems__`,
   which the DataLoader calls once per batch), not around every image: saving and restoring numpy's
   state alone costs ~90 µs.
@@ -98,9 +101,22 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
     sample, so augmentations are the same with any number of workers or ranks, and after a resume. Each
     argument is folded into a splitmix64 chain, so neighbouring positions and epochs get unrelated seeds.
     """
-    value = splitmix64(int(seed) & _MASK64)
-    value = splitmix64(value ^ (int(epoch) & _MASK64))
-    return splitmix64(value ^ (int(position) & _MASK64)) >> 1
+    return sample_seeds(seed, epoch, int(position), 1)[0]
+
+
+def sample_seeds(seed: int, epoch: int, start: int, count: int) -> list[int]:
+    """:func:`sample_seed` of the positions ``start .. start + count - 1`` of ``epoch``, computed together.
+
+    The same chain as :func:`splitmix64`, in numpy's uint64 arithmetic (which wraps modulo 2**64 as the
+    masks in :func:`splitmix64` do): one batch's seeds cost a few numpy operations instead of a python hash
+    per sample.
+    """
+    prefix = splitmix64(splitmix64(int(seed) & _MASK64) ^ (int(epoch) & _MASK64))
+    positions = np.arange(int(start), int(start) + int(count), dtype=np.uint64)
+    z = np.bitwise_xor(np.uint64(prefix), positions) + np.uint64(_GOLDEN_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) >> np.uint64(1)).tolist()
 
 
 class SeededIndex(int):
@@ -114,27 +130,61 @@ class SeededIndex(int):
         return value
 
 
-def seed_sample(seed: int) -> None:
-    """Seed the generators a CPU transform may draw from: torch's default CPU generator, python, numpy."""
+#: The global generators a transform may draw from, as :class:`~dmlplug.protocols.HasRandomSources` names them.
+RANDOM_SOURCES = frozenset({"torch", "python", "numpy"})
+
+
+def seed_sample(seed: int, sources: frozenset[str] = RANDOM_SOURCES) -> None:
+    """Seed the generators of ``sources`` a CPU transform may draw from (default: torch's CPU one, python, numpy)."""
     import torch
 
-    torch.default_generator.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)
+    if "torch" in sources:
+        torch.default_generator.manual_seed(seed)
+    if "python" in sources:
+        random.seed(seed)
+    if "numpy" in sources:
+        np.random.seed(seed & 0xFFFFFFFF)
+
+
+def _save_states(sources: frozenset[str]) -> dict[str, Any]:
+    """The current states of the global generators of ``sources``."""
+    import torch
+
+    savers = {"torch": torch.default_generator.get_state, "python": random.getstate,
+              "numpy": lambda: np.random.get_state(legacy=False)}
+    return {name: save() for name, save in savers.items() if name in sources}
+
+
+def _restore_states(states: dict[str, Any]) -> None:
+    """Put back what :func:`_save_states` saved."""
+    import torch
+
+    restorers = {"torch": torch.default_generator.set_state, "python": random.setstate, "numpy": np.random.set_state}
+    for name, value in states.items():
+        restorers[name](value)
 
 
 class SeededDataset:
     """Wraps a map-style dataset: every :class:`SeededIndex` is loaded under its own RNG seed.
 
-    Before each sample, torch's default CPU generator, python's ``random`` and numpy's global generator are
-    seeded with the index's seed (:func:`seed_sample`); a transform drawing from any of them is therefore a
-    pure function of the seed. Their previous states are restored after the batch (or the single item), so
-    the main process's random streams are not disturbed when loading without workers. CUDA generators are
-    not touched: transforms that draw random numbers on a GPU are not reproducible per sample.
+    Before each sample, the global generators of ``sources`` (default: torch's default CPU generator, python's
+    ``random`` and numpy's global generator) are seeded with the index's seed (:func:`seed_sample`); a
+    transform drawing from them is therefore a pure function of the seed. Their previous states are restored
+    after the batch (or the single item), so the main process's random streams are not disturbed when loading
+    without workers. CUDA generators are not touched: transforms that draw random numbers on a GPU are not
+    reproducible per sample.
+
+    Args:
+        dataset: The map-style dataset.
+        sources: The generators the dataset's transform draws from (the policy's ``random_sources``).
     """
 
-    def __init__(self, dataset: Any):
+    def __init__(self, dataset: Any, sources: frozenset[str] = RANDOM_SOURCES):
+        unknown = set(sources) - RANDOM_SOURCES
+        if unknown:
+            raise ValueError(f"unknown random sources {sorted(unknown)}; known: {sorted(RANDOM_SOURCES)}")
         self.dataset = dataset
+        self.sources = frozenset(sources)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -149,11 +199,9 @@ class SeededDataset:
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         """Load a batch (the DataLoader's fetcher calls this once per batch): one save/restore per batch."""
-        import torch
-
         if all(getattr(index, "seed", None) is None for index in indices):
             return [self.dataset[index] for index in indices]
-        saved = random.getstate(), np.random.get_state(legacy=False), torch.default_generator.get_state()
+        saved = _save_states(self.sources)
         try:
             items = []
             for index in indices:
@@ -161,10 +209,8 @@ class SeededDataset:
                 if seed is None:
                     items.append(self.dataset[index])
                     continue
-                seed_sample(seed)
+                seed_sample(seed, self.sources)
                 items.append(self.dataset[int(index)])
             return items
         finally:
-            random.setstate(saved[0])
-            np.random.set_state(saved[1])
-            torch.default_generator.set_state(saved[2])
+            _restore_states(saved)

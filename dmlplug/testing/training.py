@@ -104,8 +104,10 @@ def check_lr_schedule(name: str, *, host: PluginHost | None = None, params: dict
 def check_augmentation(name: str, *, host: PluginHost | None = None, params: dict[str, Any] | None = None) -> None:
     """A policy turns an RGB image of any size into a finite ``3×S×S`` float tensor, reproducibly under a seed.
 
-    The engine seeds ``random``, numpy and torch per sample before the transform runs (exact resume), so the
-    same seeds must give the same tensor.
+    The engine seeds the generators the policy draws from per sample before the transform runs (exact
+    resume): ``random``, numpy and torch, or only those its ``random_sources`` names
+    (:class:`~dmlplug.protocols.HasRandomSources`). The same seeds of those must give the same tensor, whatever
+    state the other generators are in.
     """
     import random
 
@@ -113,18 +115,26 @@ def check_augmentation(name: str, *, host: PluginHost | None = None, params: dic
     import torch
     from PIL import Image
 
+    from dmlplug.data.transforms import random_sources
+    from dmlplug.engine.seeding import seed_sample
+
     host = host or load_host()
     transform = build("augmentations", name, make_context(host, image_size=IMAGE_SIZE), **(params or {}))
+    sources = random_sources(transform)
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (13, 11, 3), dtype=np.uint8))
     outputs = []
-    for _ in range(2):
-        random.seed(3)
-        np.random.seed(3)
-        torch.manual_seed(3)
+    for other_state in (5, 6):
+        # the generators the policy does not declare are left in different states on the two calls
+        random.seed(other_state)
+        np.random.seed(other_state)
+        torch.manual_seed(other_state)
+        seed_sample(3, sources)
         outputs.append(transform(image))
     out = outputs[0]
     expect(isinstance(out, torch.Tensor) and tuple(out.shape) == (3, IMAGE_SIZE, IMAGE_SIZE)
            and out.is_floating_point() and bool(torch.isfinite(out).all()),
            f"augmentation {name!r}: expected a finite float 3×{IMAGE_SIZE}×{IMAGE_SIZE} tensor, got "
            f"{getattr(out, 'shape', type(out))}")
-    expect(torch.equal(outputs[0], outputs[1]), f"augmentation {name!r}: not reproducible under the same seeds")
+    expect(torch.equal(outputs[0], outputs[1]),
+           f"augmentation {name!r}: not reproducible under the same seeds of {sorted(sources)} (a policy that draws "
+           "from another generator must name it in random_sources)")
