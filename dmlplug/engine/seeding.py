@@ -150,7 +150,7 @@ def _save_states(sources: frozenset[str]) -> dict[str, Any]:
     """The current states of the global generators of ``sources``."""
     import torch
 
-    savers = {"torch": torch.default_generator.get_state, "python": random.getstate,
+    savers: dict[str, Callable[[], Any]] = {"torch": torch.default_generator.get_state, "python": random.getstate,
               "numpy": lambda: np.random.get_state(legacy=False)}
     return {name: save() for name, save in savers.items() if name in sources}
 
@@ -159,7 +159,8 @@ def _restore_states(states: dict[str, Any]) -> None:
     """Put back what :func:`_save_states` saved."""
     import torch
 
-    restorers = {"torch": torch.default_generator.set_state, "python": random.setstate, "numpy": np.random.set_state}
+    restorers: dict[str, Callable[[Any], Any]] = {"torch": torch.default_generator.set_state,
+                                                  "python": random.setstate, "numpy": np.random.set_state}
     for name, value in states.items():
         restorers[name](value)
 
