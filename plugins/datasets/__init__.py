@@ -286,3 +286,17 @@ def register_datasets(register: Any) -> None:
              description="Your own images, one sub-folder per class (train/test folders or a class split).")
     register("csv", build_csv, params=CsvParams, aliases=("csv_list",),
              description="Your own images listed in a CSV file (path, label, split, query/gallery flags).")
+
+
+@hookimpl
+def register_commands(app: Any) -> None:
+    """Add ``dmlplug data download`` and ``dmlplug data check``."""
+    import typer
+
+    from dmlplug_builtins.datasets import commands
+
+    data = typer.Typer(help="Benchmark datasets: download from the official sources, check a copy.",
+                       no_args_is_help=True)
+    data.command("download")(commands.cmd_data_download)
+    data.command("check")(commands.cmd_data_check)
+    app.add_typer(data, name="data")

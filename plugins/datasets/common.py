@@ -38,11 +38,20 @@ def resolve_root(root: str, *, dataset: str, layout: str) -> Path:
         raise DataError(
             f"{dataset}: data root {expanded} is not a directory{unset}",
             where=f"[data.dataset] root = {root!r}",
-            fix=f"download the dataset yourself (dmlplug never downloads) and point root at it, e.g. "
+            fix=f"{_install_hint(dataset)}point root at it, e.g. "
             f"root = \"${{{DATA_ENV}}}/...\" with {DATA_ENV} set to your data folder. Expected layout:\n"
             + layout,
         )
     return path
+
+
+def _install_hint(dataset: str) -> str:
+    from dmlplug_builtins.datasets.sources import SPECS
+
+    if dataset in SPECS:
+        return (f"install it with `dmlplug data download {dataset} --root <data folder>` (a run itself never "
+                "downloads) and ")
+    return "put the images on disk (dmlplug never downloads them) and "
 
 
 def missing_file_error(dataset: str, expected: Path, layout: str, *, root: Path) -> DataError:
