@@ -1,4 +1,4 @@
-"""Backbones from timm: any timm model name, with DML options (frozen BatchNorm, pooling, local weights).
+"""Backbones from timm: any timm model name, with DML options (frozen BatchNorm, pooling, pretrained weights).
 
 This module holds the Params, the factory and the registration hook and stays torch-free; the backbone
 module is :class:`.timm_backbone.TimmBackbone`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from dmlplug import BuildContext, Params, hookimpl
 
@@ -16,11 +16,16 @@ from dmlplug import BuildContext, Params, hookimpl
 class TimmParams(Params):
     """Parameters of the ``timm`` backbone."""
 
-    model: str = Field("resnet50", description="Any timm model name (`timm.list_models()`).")
+    model: str = Field(
+        "resnet50",
+        description="Any timm model name (`timm.list_models()`), optionally with a pretrained tag "
+        "(`resnet50.tv_in1k`, `timm.list_pretrained()`) choosing the weights of `pretrained = true`.",
+    )
     pretrained: bool | str = Field(
         False,
-        description="false = random init; a path = load that local weights file; true = timm's local cache "
-        "only (nothing is ever downloaded).",
+        description="false = random init; true = timm's pretrained weights of `model` (the tag it names, else "
+        "timm's default tag), downloaded into the Hugging Face cache when online and read from it offline "
+        "(HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_ENDPOINT honoured); a path = that local weights file.",
     )
     pool: Literal["avg", "max", "avgmax"] = Field(
         "avg", description="Global pooling of the feature map: average, max, or their sum (avg+max)."
@@ -37,6 +42,15 @@ class TimmParams(Params):
         if problem:
             raise ValueError(problem)
         return name
+
+    @field_validator("pretrained")
+    @classmethod
+    def _known_weights(cls, pretrained: bool | str, info: ValidationInfo) -> bool | str:
+        model = info.data.get("model")  # absent when the model name itself was rejected
+        problem = None if model is None else pretrained_problem(model, pretrained)
+        if problem:
+            raise ValueError(problem)
+        return pretrained
 
     def extra_tags(self) -> tuple[str, ...]:
         """``"feature_map"`` unless ``model`` is a token model (ViT family), judged from its name.
@@ -76,12 +90,59 @@ def unknown_timm_model(name: str) -> str | None:
         return None
     if names is None:  # timm is not installed
         return None
-    arch = name.split(".", 1)[0]
+    arch, _, tag = name.partition(".")
     if arch in names.models or arch in names.deprecated:
-        return None
+        if not tag or names.pretrained is None or names.untrained is None:
+            return None
+        if name in names.pretrained or name in names.untrained:
+            return None
+        tags = sorted(n for n in names.pretrained | names.untrained if n.startswith(arch + "."))
+        hint = did_you_mean(name, tags) or (f" (its tags: {', '.join(tags[:8])})" if tags else " (it has none)")
+        return (f"timm model {arch!r} has no pretrained tag {tag!r}{hint}; the tags are "
+                f"`python -c \"import timm; print(timm.list_pretrained('{arch}.*'))\"`")
     hint = did_you_mean(arch, names.models) or (" (e.g. 'resnet50', 'vit_small_patch16_224')")
     return (f"unknown timm model {name!r}{hint}; the names are timm.list_models() of timm {names.version}, "
             "e.g. `python -c \"import timm; print(timm.list_models('*resnet*'))\"`")
+
+
+def pretrained_problem(model: str, pretrained: bool | str) -> str | None:
+    """Why ``pretrained`` cannot work with ``model``, judged from the stored timm names; ``None`` when it can.
+
+    ``pretrained = true`` needs weights timm can fetch for ``model`` (its tag, or the architecture's default tag):
+    a model timm has no weights for is rejected here, before any run. A ``pretrained`` string is a file path; one
+    that is a timm tag (``"tv_in1k"``, ``"resnet50.tv_in1k"``) is rejected with the recipe that names a tag.
+    Whether the weights are in the Hugging Face cache (offline) is checked when the model is built.
+    """
+    from dmlplug_builtins.backbones.timm_names import known_names
+
+    if ":" in model or pretrained is False:
+        return None
+    try:
+        names = known_names()
+    except ImportError:
+        return None
+    if names is None or names.pretrained is None:
+        return None
+    model = names.deprecated.get(model, model)
+    arch = model.partition(".")[0]
+    if isinstance(pretrained, str):
+        tag = pretrained if "." in pretrained and pretrained.partition(".")[0] in names.models else None
+        tag = tag or (f"{arch}.{pretrained}" if f"{arch}.{pretrained}" in names.pretrained else None)
+        if tag in names.pretrained:
+            return (f"pretrained = {pretrained!r} is a timm pretrained tag, but a pretrained string is a weights "
+                    f"file path; name the tag in the model and set pretrained = true: "
+                    f"model = {tag!r}, pretrained = true")
+        return None
+    if "." in model:
+        if model in names.pretrained:
+            return None
+        return f"timm has no pretrained weights for {model!r} (a tag without weights); set pretrained = false"
+    if any(name.startswith(arch + ".") for name in names.pretrained):
+        return None
+    family = arch.split("_")[0]
+    return (f"timm has no pretrained weights for {model!r}: set pretrained = false, point pretrained at a local "
+            f"weights file, or choose a model timm has weights for "
+            f"(`python -c \"import timm; print(timm.list_pretrained('{family}*'))\"`)")
 
 
 def build_timm(params: TimmParams, ctx: BuildContext) -> Any:
@@ -89,7 +150,7 @@ def build_timm(params: TimmParams, ctx: BuildContext) -> Any:
     from dmlplug_builtins.backbones.timm_backbone import TimmBackbone, check_model_name, create_model
 
     check_model_name(params.model)
-    model = create_model(params.model, params.pretrained, params.in_chans)
+    model = create_model(params.model, params.pretrained, params.in_chans)  # weights checked before timm builds
     return TimmBackbone(model, pool=params.pool, frozen_bn=params.frozen_bn)
 
 
@@ -97,4 +158,4 @@ def build_timm(params: TimmParams, ctx: BuildContext) -> Any:
 def register_backbones(register: Any) -> None:
     """Register the timm backbone family."""
     register("timm", build_timm, params=TimmParams, tags=("features",),
-             description="Any timm model as a feature extractor (pooling, frozen BN, local weights).")
+             description="Any timm model as a feature extractor (pooling, frozen BN, pretrained or local weights).")

@@ -75,37 +75,133 @@ def check_model_name(name: str) -> None:
 
 
 def create_model(name: str, pretrained: bool | str, in_chans: int) -> nn.Module:
-    """A timm feature extractor; weights from a local file, timm's local cache, or none (never downloaded)."""
+    """A timm feature extractor with random, pretrained (Hugging Face hub, as timm fetches them) or file weights.
+
+    ``pretrained = true``: the weights file is first resolved with huggingface_hub's ``hf_hub_download``, which
+    downloads into the user's cache when online and reads the cache offline, by its own settings (``HF_HUB_OFFLINE``,
+    ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_ENDPOINT``, tokens …: none is set or overridden here). A missing offline copy
+    is a :class:`ComponentError` before timm builds anything; timm then loads that file through its own pretrained
+    path (``pretrained_cfg_overlay={"file": ...}``: its checkpoint filters, classifier removal, ``in_chans``).
+    """
     kwargs: dict[str, Any] = {"num_classes": 0, "global_pool": "", "in_chans": in_chans}
     if isinstance(pretrained, str):
         path = Path(os.path.expanduser(pretrained))
         if not path.is_file():
             raise ComponentError(
                 f"pretrained weights file not found: {path}", where="[backbone] pretrained",
-                fix="download the weights on a machine with internet access and point `pretrained` at the "
-                    "file (dmlplug never downloads), or set pretrained = false",
+                fix="point `pretrained` at an existing weights file, set pretrained = true for timm's weights of "
+                    "the model (downloaded into the Hugging Face cache), or pretrained = false",
             )
         model = timm.create_model(name, pretrained=False, **kwargs)
         load_state(model, path)
         return model
-    if pretrained:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not pretrained:
+        return timm.create_model(name, pretrained=False, **kwargs)
+    if ":" in name:  # hf-hub:org/repo or local-dir:path: timm resolves these names itself
+        return _timm_pretrained(name, kwargs, None)
+    return _timm_pretrained(name, kwargs, hub_weights_file(name))
+
+
+def _timm_pretrained(name: str, kwargs: dict[str, Any], path: Path | None) -> nn.Module:
+    """``timm.create_model(pretrained=True)``, from ``path`` when given; a ComponentError naming what failed."""
+    overlay = None if path is None else {"file": str(path)}
+    try:
+        return timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
+    except RuntimeError as exc:  # load_state_dict: missing / unexpected keys, shape mismatch
+        source = f"weights file {path}" if path is not None else f"the pretrained weights of {name!r}"
+        raise ComponentError(
+            f"{source} does not fit timm model {name!r}: {_first_lines(exc)}", where="[backbone] pretrained",
+            fix="the file belongs to another architecture or is damaged: check [backbone] model, or delete the "
+                "file (for a cached one, its models--… folder in the Hugging Face cache) to fetch it again",
+        ) from exc
+    except OSError as exc:  # hf-hub:/local-dir: names that cannot be fetched
+        raise ComponentError(f"cannot load the pretrained weights of {name!r}: {type(exc).__name__}: {exc}",
+                             where="[backbone] pretrained", fix=_OFFLINE_FIX) from exc
+
+
+_OFFLINE_FIX = ("run once with network access (HF_HUB_OFFLINE unset or 0) so the weights land in the Hugging Face "
+                "cache (HF_HUB_CACHE / HF_HOME), or set `pretrained` to a local weights file path")
+
+
+def hub_weights_file(name: str) -> Path | None:
+    """The local file holding timm's pretrained weights of ``name`` (``arch`` or ``arch.tag``).
+
+    For weights on the Hugging Face hub (nearly all of timm's), the file timm would load: ``hf_hub_filename`` or
+    ``model.safetensors``, else ``pytorch_model.bin``, fetched with ``hf_hub_download`` (the hub's cache, offline
+    mode and endpoint). For the few weights timm fetches from a URL, ``None`` (timm downloads them into torch's hub
+    cache), after checking that an offline run has them there.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.constants import is_offline_mode
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+    from timm.models import get_deprecated_models, get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(get_deprecated_models().get(name) or name)
+    if cfg is None or not cfg.has_weights:
+        raise ComponentError(f"timm has no pretrained weights for {name!r}", where="[backbone] pretrained",
+                             fix="set pretrained = false, or point it at a local weights file")
+    tag = f"{cfg.architecture}.{cfg.tag}" if cfg.tag else name
+    if not cfg.hf_hub_id:
+        _check_url_weights(tag, str(cfg.url or ""), is_offline_mode())
+        return None
+    repo_id, _, revision = cfg.hf_hub_id.partition("@")
+    filenames = [cfg.hf_hub_filename] if cfg.hf_hub_filename else ["model.safetensors", "pytorch_model.bin"]
+    errors: list[str] = []
+    for filename in filenames:
         try:
-            return timm.create_model(name, pretrained=True, **kwargs)
-        except Exception as exc:
+            # After one unreachable-hub failure, the other candidates are only looked up in the cache: the hub
+            # retries a file it cannot reach and has no copy of for ~20 s, once is enough.
+            return Path(hf_hub_download(repo_id, filename, revision=revision or None, library_name="timm",
+                                        library_version=timm.__version__, local_files_only=bool(errors)))
+        except LocalEntryNotFoundError as exc:  # offline (or the hub unreachable) and not in the cache
+            errors.append(f"{filename}: {_first_lines(exc)}")
+        except EntryNotFoundError:  # the repository has no such file: timm's next candidate
+            continue
+        except Exception as exc:  # the hub answered with an error (unknown repo, gated, server error …)
             raise ComponentError(
-                f"pretrained weights for {name!r} are not in the local cache and cannot be downloaded "
-                f"({type(exc).__name__})",
-                where="[backbone] pretrained",
-                fix="set pretrained to a local weights file path, or pretrained = false",
+                f"cannot fetch the pretrained weights of {tag!r} ({repo_id}/{filename}) from the Hugging Face hub: "
+                f"{type(exc).__name__}: {_first_lines(exc)}", where="[backbone] pretrained", fix=_OFFLINE_FIX,
             ) from exc
-    return timm.create_model(name, pretrained=False, **kwargs)
+    from huggingface_hub.constants import ENDPOINT, HF_HUB_CACHE
+
+    offline = is_offline_mode()
+    state = "HF_HUB_OFFLINE is set" if offline else f"the Hugging Face hub ({ENDPOINT}) cannot be reached"
+    detail = f" ({errors[0]})" if errors and not offline else ""  # offline, the hub's text only says "connection"
+    fix = _OFFLINE_FIX if offline else (
+        "check the network connection (HF_ENDPOINT, proxy settings); with no network: "
+        + _OFFLINE_FIX + "; with a filled cache, HF_HUB_OFFLINE=1 skips the hub's retries")
+    raise ComponentError(
+        f"the pretrained weights of timm model {tag!r} (repository {repo_id}, {' or '.join(filenames)}) are not in "
+        f"the Hugging Face cache {HF_HUB_CACHE} and {state}{detail}",
+        where="[backbone] pretrained", fix=fix,
+    )
+
+
+def _check_url_weights(tag: str, url: str, offline: bool) -> None:
+    """For weights timm fetches from ``url`` (torch's hub cache): offline, a ComponentError when not cached."""
+    from urllib.parse import urlparse
+
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
+    if offline and not cached.is_file():
+        raise ComponentError(
+            f"the pretrained weights of timm model {tag!r} come from {url}, not the Hugging Face hub, and are not in "
+            f"torch's cache ({cached}) while HF_HUB_OFFLINE is set", where="[backbone] pretrained", fix=_OFFLINE_FIX)
+
+
+def _first_lines(exc: BaseException, n: int = 3) -> str:
+    return " ".join(str(exc).strip().splitlines()[:n])
 
 
 def load_state(model: nn.Module, path: Path) -> None:
     """Load a weights file into ``model``, ignoring classifier weights; a ComponentError when it does not fit."""
+    state: Any
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ComponentError(f"cannot read weights file {path}: {type(exc).__name__}: {exc}",
                              where="[backbone] pretrained") from exc
@@ -114,11 +210,16 @@ def load_state(model: nn.Module, path: Path) -> None:
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]
     # Classifier weights of an ImageNet checkpoint have no place in a feature extractor.
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    fix = "check that the file belongs to the model named in [backbone] model"
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # same keys, other shapes: another width / depth of the architecture
+        raise ComponentError(f"weights file {path} does not match model: {_first_lines(exc)}",
+                             where="[backbone] pretrained", fix=fix) from exc
     unexpected = [k for k in unexpected if not k.startswith(("fc.", "head.", "classifier."))]
     if missing or unexpected:
         raise ComponentError(
             f"weights file {path} does not match model: {len(missing)} missing keys (e.g. {missing[:3]}), "
             f"{len(unexpected)} unexpected keys (e.g. {unexpected[:3]})",
-            where="[backbone] pretrained", fix="check that the file belongs to the model named in [backbone] model",
+            where="[backbone] pretrained", fix=fix,
         )

@@ -1,9 +1,10 @@
 """The timm model names ``dmlplug validate`` checks ``[backbone] model`` against, and their generator.
 
 The names are package data, one JSON file per timm version in ``timm_names_data/`` (``1.0.31.json``:
-``{"timm_version": ..., "models": [...], "deprecated": {...}}``), so that validation imports neither timm nor
-torch when a file for the installed timm exists. For any other installed timm the names are read from timm
-itself (:func:`known_names` then imports timm, and torch with it; once per process).
+``{"timm_version": ..., "models": [...], "deprecated": {...}, "pretrained": [...], "untrained": [...]}``:
+architectures, deprecated aliases, ``arch.tag`` names with weights and without), so that validation imports
+neither timm nor torch when a file for the installed timm exists. For any other installed timm the names are read
+from timm itself (:func:`known_names` then imports timm, and torch with it; once per process).
 
 Run ``python -m dmlplug_builtins.backbones.timm_names`` (or ``python plugins/backbones/timm_names.py``) after
 upgrading timm: it writes the file for the installed timm (older versions' files stay, for those who still
@@ -30,6 +31,11 @@ class TimmNames(NamedTuple):
     models: frozenset[str]
     #: Deprecated names timm still builds (with a warning), and the name that replaces each.
     deprecated: dict[str, str]
+    #: ``timm.list_pretrained()``: every ``arch.tag`` with weights timm can fetch (the first tag of an architecture
+    #: is its default); ``None`` for a file written before these were stored (then nothing is judged).
+    pretrained: frozenset[str] | None = None
+    #: Tagged names timm knows but has no weights for (``coatnet_0_224.untrained``).
+    untrained: frozenset[str] | None = None
 
 
 def installed_version() -> str | None:
@@ -65,7 +71,10 @@ def known_names(version: str | None = None) -> TimmNames | None:
 @cache
 def _load(path: Path) -> TimmNames:
     data = json.loads(path.read_text(encoding="utf-8"))
-    return TimmNames(data["timm_version"], frozenset(data["models"]), dict(data["deprecated"]))
+    pretrained, untrained = data.get("pretrained"), data.get("untrained")
+    return TimmNames(data["timm_version"], frozenset(data["models"]), dict(data["deprecated"]),
+                     None if pretrained is None else frozenset(pretrained),
+                     None if untrained is None else frozenset(untrained))
 
 
 @cache
@@ -75,13 +84,17 @@ def from_installed_timm() -> TimmNames:
     from timm.models import get_deprecated_models
 
     deprecated = {old: new for old, new in get_deprecated_models().items() if new is not None}
-    return TimmNames(timm.__version__, frozenset(timm.list_models()), deprecated)
+    pretrained = frozenset(timm.list_pretrained())
+    tagged = {name for name in timm.list_models(include_tags=True) if "." in name}
+    return TimmNames(timm.__version__, frozenset(timm.list_models()), deprecated, pretrained,
+                     frozenset(tagged - pretrained))
 
 
 def render(names: TimmNames) -> str:
     """The JSON text stored for ``names``: sorted, one name per line (small diffs between versions)."""
     data = {"timm_version": names.version, "models": sorted(names.models),
-            "deprecated": dict(sorted(names.deprecated.items()))}
+            "deprecated": dict(sorted(names.deprecated.items())),
+            "pretrained": sorted(names.pretrained or ()), "untrained": sorted(names.untrained or ())}
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 

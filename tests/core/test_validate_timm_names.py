@@ -29,6 +29,9 @@ def test_the_stored_file_for_the_installed_timm_is_what_it_lists(tmp_path):
     assert names.version == timm.__version__, STALE
     assert names.models == frozenset(timm.list_models()), STALE
     assert names.deprecated == get_deprecated_models(), STALE
+    assert names.pretrained == frozenset(timm.list_pretrained()), STALE
+    tagged = {name for name in timm.list_models(include_tags=True) if "." in name}
+    assert names.untrained == frozenset(tagged) - names.pretrained, STALE
     # What the generator writes now is byte for byte the stored file.
     written = timm_names.write(tmp_path)
     assert written.name == stored.name
@@ -89,3 +92,14 @@ def test_without_timm_installed_names_are_left_to_the_factory(monkeypatch):
 
 def test_hub_names_are_left_to_the_factory():
     assert backbones.unknown_timm_model("hf-hub:timm/anything") is None
+
+
+def test_a_stored_file_without_pretrained_names_judges_no_weights(monkeypatch, tmp_path):
+    # Files written before the pretrained tags were stored: tags and weights are left to the factory.
+    (tmp_path / f"{timm.__version__}.json").write_text(
+        json.dumps({"timm_version": timm.__version__, "models": ["resnet50"], "deprecated": {}}), encoding="utf-8")
+    monkeypatch.setattr(timm_names, "DATA_DIR", tmp_path)
+    names = timm_names.known_names()
+    assert names.pretrained is None and names.untrained is None
+    assert backbones.unknown_timm_model("resnet50.anything") is None
+    assert backbones.pretrained_problem("resnet50.anything", True) is None

@@ -30,8 +30,9 @@ def test_recipe_follows_the_paper_protocol(name):
     assert recipe["data"]["batch_size"] == 112 and recipe["data"]["image_size"] == 224
     assert recipe["data"]["sampler"] == {"name": "class_random", "k": 2}
     backbone = recipe["backbone"]
-    assert backbone["model"] == "resnet50" and backbone["frozen_bn"] is True
-    assert backbone["pretrained"].startswith("${DMLPLUG_DATA}/")  # a local file, never a download
+    # torchvision's ImageNet ResNet-50 as timm tags it, fetched into the Hugging Face cache (never by validate).
+    assert backbone["model"] == "resnet50.tv_in1k" and backbone["frozen_bn"] is True
+    assert backbone["pretrained"] is True
     assert recipe["head"]["embedding_size"] == embedding_size
     assert recipe["optimizer"]["name"] == "adam"
     assert (recipe["optimizer"]["lr"], recipe["optimizer"]["weight_decay"]) == (1e-5, 4e-4)

@@ -47,11 +47,27 @@ def test_pretrained_weights_from_a_local_file(tmp_path):
     loaded = backbone(pretrained=str(path))
     for (name, a), (_, b) in zip(source.body.state_dict().items(), loaded.body.state_dict().items(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
-    with pytest.raises(ComponentError, match="not found.*never downloads|never downloads"):
+    with pytest.raises(ComponentError, match="weights file not found"):
         backbone(pretrained=str(tmp_path / "missing.pth"))
     torch.save({"unrelated.weight": torch.zeros(3)}, tmp_path / "bad.pth")
     with pytest.raises(ComponentError, match="does not match model"):
         backbone(pretrained=str(tmp_path / "bad.pth"))
+    # Same keys, other shapes (another width of the architecture): the same error, naming the file.
+    other = dmlplug.create("backbone", "timm", model="resnet18")
+    torch.save(other.body.state_dict(), tmp_path / "resnet18.pth")
+    with pytest.raises(ComponentError, match=r"weights file .*resnet18\.pth does not match model"):
+        backbone(pretrained=str(tmp_path / "resnet18.pth"))
+
+
+def test_pretrained_weights_from_a_local_safetensors_file(tmp_path):
+    from safetensors.torch import save_file
+
+    torch.manual_seed(2)
+    source = backbone()
+    save_file(source.body.state_dict(), str(tmp_path / "w.safetensors"))
+    loaded = backbone(pretrained=str(tmp_path / "w.safetensors"))
+    for name, value in source.body.state_dict().items():
+        torch.testing.assert_close(loaded.body.state_dict()[name], value, msg=name)
 
 
 def test_unknown_timm_model_suggests():
