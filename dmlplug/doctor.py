@@ -1,6 +1,7 @@
 """``dmlplug doctor``: what this installation can do, and what is broken, in one screen.
 
-Checks torch (and that torchvision matches it), CUDA and the GPUs, the faiss flavour (CPU or GPU build),
+Checks torch (and that torchvision matches it), CUDA and the GPUs (and, on a machine without one, how much
+space a CUDA build of torch costs, with the CPU-only route), the faiss flavour (CPU or GPU build),
 pytorch-metric-learning, timm, TensorBoard and record-keeper, onnx and onnxruntime (bundles), every plugin with
 its load error, and every component name that two plugins register.
 Each check is ``ok``, ``warn`` (works, with a limitation) or ``fail`` (something a recipe may need is
@@ -16,6 +17,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 
@@ -65,7 +67,44 @@ def _torch_checks() -> list[Check]:
         fix = ("torch is a CUDA build: check the NVIDIA driver and CUDA_VISIBLE_DEVICES" if torch.version.cuda
                else "on a GPU machine, install a CUDA build of torch")
         checks.append(Check("cuda", "warn", "no usable GPU: runs use the CPU (device = \"auto\" picks it)", fix))
+        if torch.version.cuda:
+            checks.append(_cuda_build_size_check())
     return checks
+
+
+#: Where the CPU-only install is described (the README's command installs the CUDA build everywhere).
+CPU_ONLY_ROUTE = "CPU-only install: docs/install.md (torch and torchvision from https://download.pytorch.org/whl/cpu)"
+
+
+def _installed_size(dist: metadata.Distribution) -> int:
+    """Bytes of the files a distribution installed (its RECORD), files already gone counted as 0."""
+    total = 0
+    for file in dist.files or []:
+        try:
+            total += Path(str(dist.locate_file(file))).stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def cuda_wheel_sizes() -> dict[str, int]:
+    """Installed size in bytes of every ``nvidia-*`` distribution (the CUDA libraries a CUDA torch pulls in)."""
+    sizes: dict[str, int] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().startswith("nvidia-") and name not in sizes:
+            sizes[name] = _installed_size(dist)
+    return sizes
+
+
+def _cuda_build_size_check() -> Check:
+    """Informational, on a machine without a GPU: the CUDA build of torch works, but its libraries are large."""
+    sizes = cuda_wheel_sizes()
+    detail = "torch is a CUDA build on a machine without a GPU (it runs on the CPU)"
+    if sizes:
+        detail += (f"; the CUDA libraries installed with it take {sum(sizes.values()) / 2**30:.1f} GiB "
+                   f"({len(sizes)} nvidia-* packages)")
+    return Check("cuda build", "warn", detail, CPU_ONLY_ROUTE)
 
 
 def _faiss_check() -> Check:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from importlib import metadata
 
 from e2e import broken_plugin_site, run_cli
 
@@ -112,3 +113,53 @@ def test_the_onnx_minimums_are_the_export_extra_of_pyproject():
     pins = dict(re.fullmatch(r"([\w-]+)>=([\d.]+)", pin).groups()
                 for pin in pyproject["project"]["optional-dependencies"]["export"])
     assert pins == EXPORT_PACKAGES
+
+
+def _fake_nvidia_distribution(site, name, sizes):
+    """A dist-info with a RECORD naming files of the given sizes (one of them missing on disk)."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    lines = []
+    for i, size in enumerate(sizes):
+        path = site / name / f"lib{i}.so"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"\0" * size)
+        lines.append(f"{name}/lib{i}.so,,{size}")
+    lines.append(f"{name}/deleted.so,,99")
+    (info / "RECORD").write_text("\n".join(lines) + "\n")
+    return metadata.PathDistribution(info)
+
+
+def test_cuda_build_without_a_gpu_reports_the_size_of_the_cuda_libraries_and_the_cpu_route(monkeypatch, tmp_path):
+    import torch
+
+    from dmlplug import doctor
+
+    fakes = [_fake_nvidia_distribution(tmp_path, "nvidia-cublas", [1000, 24]),
+             _fake_nvidia_distribution(tmp_path, "nvidia-cudnn-cu13", [2048])]
+    other = _fake_nvidia_distribution(tmp_path / "other", "not-nvidia", [4096])
+    monkeypatch.setattr(metadata, "distributions", lambda: iter([*fakes, other]))
+    assert doctor.cuda_wheel_sizes() == {"nvidia-cublas": 1024, "nvidia-cudnn-cu13": 2048}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(doctor, "cuda_wheel_sizes", lambda: {"nvidia-cublas": 3 * 2**30, "nvidia-cudnn": 2**29})
+    check = next(c for c in diagnose() if c.name == "cuda build")
+    assert check.status == "warn"  # informational: everything works, on the CPU
+    assert "CUDA build on a machine without a GPU" in check.detail
+    assert "3.5 GiB (2 nvidia-* packages)" in check.detail
+    assert "docs/install.md" in check.fix and "download.pytorch.org/whl/cpu" in check.fix
+    assert "fix: CPU-only install: docs/install.md" in render(diagnose())
+
+
+def test_no_cuda_build_check_for_a_cpu_build_or_with_a_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert "cuda build" not in {c.name for c in diagnose()}
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # no GPU properties to read
+    assert "cuda build" not in {c.name for c in diagnose()}

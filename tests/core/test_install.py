@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,4 +54,21 @@ def test_pml_has_an_upper_bound_below_the_unsupported_major():
 def test_the_installed_environment_is_the_constrained_one():
     pins = _constraints()
     for name in ("torch", "torchvision", "pytorch-metric-learning", "timm", "faiss-cpu"):
-        assert metadata.version(name) == pins[name], f"{name}: installed {metadata.version(name)}, pinned {pins[name]}"
+        # As pip applies the pin: `==2.14.1` also matches the CPU build `2.14.1+cpu` (docs/install.md).
+        installed = metadata.version(name)
+        assert SpecifierSet(f"=={pins[name]}").contains(installed), f"{name}: installed {installed}, pin {pins[name]}"
+
+
+def test_the_cpu_only_route_installs_builds_the_pins_accept():
+    """docs/install.md: CPU torch and torchvision first (their versions read from constraints.txt), then the
+    README's command with the constraints, which must keep them: a pin without a local label accepts `+cpu`."""
+    pins = _constraints()
+    doc = (ROOT / "docs" / "install.md").read_text()
+    first = "--index-url https://download.pytorch.org/whl/cpu $(grep -E '^(torch|torchvision)==' constraints.txt)"
+    assert first in doc
+    assert '.venv/bin/pip install -c constraints.txt -e ".[dev]"' in doc
+    for name in ("torch", "torchvision"):
+        assert SpecifierSet(f"=={pins[name]}").contains(f"{pins[name]}+cpu")
+        assert not SpecifierSet(f"=={pins[name]}+cu130").contains(f"{pins[name]}+cpu")  # a labelled pin would not
+    requirements = {r.name: r for r in _requirements()}
+    assert requirements["torch"].specifier.contains(f"{pins['torch']}+cpu")

@@ -9,6 +9,8 @@
 * Sharded evaluation returns every embedding once, in order; batch plans give equal slices per rank.
 * A short recipe runs end to end under torchrun, with one set of files written by rank 0, and ends with the
   same weights as the single-process run of the same recipe.
+* On a later machine of a multi-node job the process group rank comes from ``RANK``, the GPU from ``LOCAL_RANK``
+  (two loopback "nodes" under torchrun: ``test_multinode.py``).
 """
 
 import json
@@ -318,3 +320,19 @@ def test_torchrun_two_processes_end_to_end_with_sigterm_and_resume(tiny_recipe, 
     for name, value in a["model"].items():
         torch.testing.assert_close(b["model"][name], value, rtol=1e-4, atol=1e-5, msg=name)
     assert results["initial_metrics"] == single.initial_metrics
+
+
+def test_setup_on_the_second_node_uses_local_rank_for_the_gpu_and_rank_for_the_process(monkeypatch):
+    """Global rank 3 of 4 is local rank 1 on its node: it trains on cuda:1, not cuda:3 (multi-node torchrun)."""
+    import torch.distributed as dist
+
+    calls = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.setdefault("device", index))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: calls.setdefault("group", kwargs))
+    for key, value in dict(WORLD_SIZE="4", RANK="3", LOCAL_RANK="1", MASTER_ADDR="node0", MASTER_PORT="29500").items():
+        monkeypatch.setenv(key, value)
+    info, device = distributed.setup("cuda")
+    assert (info, device) == (distributed.DistInfo(rank=3, world_size=4, local_rank=1), "cuda:1")
+    assert calls == {"device": 1, "group": {"backend": "nccl", "init_method": "env://"}}
+    assert not info.is_main  # rank 0 of the second node is not the main process
