@@ -143,7 +143,26 @@ class FileDatasetParams(Params):
         return self.val_classes > 0
 
 
-class Cub200Params(FileDatasetParams):
+class DownloadableParams(FileDatasetParams):
+    """Options of the benchmark datasets ``dmlplug data download`` knows."""
+
+    download: bool = Field(
+        False, description="When root does not exist: download the dataset from its official source into "
+        "root's parent folder first (as `dmlplug data download NAME --root <parent>` does; after validation, "
+        "before anything else is built). root's last folder must be the dataset's own folder name.")
+
+
+def _ensure_downloaded(name: str, params: Cub200Params | Cars196Params | SopParams | INaturalistParams,
+                       ctx: BuildContext) -> None:
+    """With ``download = true`` and no tree at ``root``: download it (see :func:`obtain.download`)."""
+    if not params.download:
+        return
+    from dmlplug_builtins.datasets.obtain import download_into
+
+    download_into(name, params.root, quiet=ctx.quiet)
+
+
+class Cub200Params(DownloadableParams):
     """Parameters of the CUB200-2011 loader."""
 
     root: str = Field("${DMLPLUG_DATA}/CUB_200_2011", description="Folder of the extracted archive.")
@@ -158,10 +177,11 @@ def build_cub200(params: Cub200Params, ctx: BuildContext) -> Any:
     """Build the CUB200-2011 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug_builtins.datasets.cub200 import build_bundle
 
+    _ensure_downloaded("cub200", params, ctx)
     return build_bundle(params)
 
 
-class Cars196Params(FileDatasetParams):
+class Cars196Params(DownloadableParams):
     """Parameters of the CARS196 loader."""
 
     root: str = Field("${DMLPLUG_DATA}/cars196", description="Folder of the extracted dataset.")
@@ -175,10 +195,11 @@ def build_cars196(params: Cars196Params, ctx: BuildContext) -> Any:
     """Build the CARS196 bundle (train: classes 1..N, test: the rest)."""
     from dmlplug_builtins.datasets.cars196 import build_bundle
 
+    _ensure_downloaded("cars196", params, ctx)
     return build_bundle(params)
 
 
-class SopParams(FileDatasetParams):
+class SopParams(DownloadableParams):
     """Parameters of the Stanford Online Products loader."""
 
     root: str = Field("${DMLPLUG_DATA}/Stanford_Online_Products", description="Folder of the extracted "
@@ -195,10 +216,11 @@ def build_sop(params: SopParams, ctx: BuildContext) -> Any:
     """Build the Stanford Online Products bundle from Ebay_train.txt / Ebay_test.txt."""
     from dmlplug_builtins.datasets.sop import build_bundle
 
+    _ensure_downloaded("sop", params, ctx)
     return build_bundle(params)
 
 
-class INaturalistParams(FileDatasetParams):
+class INaturalistParams(DownloadableParams):
     """Parameters of the iNaturalist-2018 loader."""
 
     root: str = Field("${DMLPLUG_DATA}/inaturalist2018", description="Folder holding the JSON files, the "
@@ -218,6 +240,7 @@ def build_inaturalist(params: INaturalistParams, ctx: BuildContext) -> Any:
     """Build the iNaturalist-2018 bundle from the JSON annotations and the split lists."""
     from dmlplug_builtins.datasets.inaturalist import build_bundle
 
+    _ensure_downloaded("inaturalist2018", params, ctx)
     return build_bundle(params)
 
 

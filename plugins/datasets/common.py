@@ -49,8 +49,8 @@ def _install_hint(dataset: str) -> str:
     from dmlplug_builtins.datasets.sources import SPECS
 
     if dataset in SPECS:
-        return (f"install it with `dmlplug data download {dataset} --root <data folder>` (a run itself never "
-                "downloads) and ")
+        return (f"install it with `dmlplug data download {dataset} --root <data folder>` (or set download = true "
+                "in [data.dataset]) and ")
     return "put the images on disk (dmlplug never downloads them) and "
 
 

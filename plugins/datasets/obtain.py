@@ -16,7 +16,7 @@ from typing import Any
 
 from dmlplug.data.download import extract_atomic, fetch, mirror_from_env, source_url
 from dmlplug.errors import DataError
-from dmlplug_builtins.datasets.sources import DownloadSpec
+from dmlplug_builtins.datasets.sources import SPECS, DownloadSpec
 
 Echo = Callable[[str], object]
 
@@ -86,6 +86,37 @@ def download(spec: DownloadSpec, root: Path, *, mirror: str | None = None, keep_
     echo(f"{spec.name}: ready at {target}")
     _require_extra_files(spec, target)
     return target
+
+
+def download_into(name: str, root: str, *, quiet: bool = False) -> Path:
+    """``[data.dataset] download = true``: make ``root`` (the dataset's own folder) exist, downloading it if needed.
+
+    ``root`` is expanded like the loaders expand it; its parent is the data root the download goes into, and its
+    last folder must be the one the download creates (``.../CUB_200_2011``). Progress goes to standard error
+    unless ``quiet``.
+
+    Raises:
+        DataError: ``root``'s last folder is not the dataset's folder, or the download fails (see :func:`download`).
+    """
+    import sys
+
+    spec = SPECS[name]
+    folder = Path(os.path.expanduser(os.path.expandvars(root)))
+    if "$" in str(folder):
+        raise DataError(f"{name}: download = true, but root {root!r} names an environment variable that is not set",
+                        where="[data.dataset] root", fix="set it (e.g. DMLPLUG_DATA) or give root as a path")
+    if folder.is_dir():
+        return folder
+    if folder.name != spec.folder:
+        raise DataError(f"{name}: download = true unpacks into a folder named {spec.folder!r}, but root is {folder}",
+                        where="[data.dataset] root",
+                        fix=f"set root = \"{folder.parent / spec.folder}\" (or any <data folder>/{spec.folder})")
+
+    def echo(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    return download(spec, folder.parent, progress=None if not quiet else False, echo=echo)
 
 
 def _require_extra_files(spec: DownloadSpec, target: Path) -> None:

@@ -71,7 +71,7 @@ def test_missing_root_names_the_path_the_layout_and_the_variable(build, tmp_path
     message = str(caught.value)
     assert "${DMLPLUG_DATA}/CUB_200_2011 is not a directory" in message
     assert "environment variable in it is not set" in message and "images.txt" in message
-    with pytest.raises(DataError, match="never downloads"):
+    with pytest.raises(DataError, match="dmlplug data download cub200"):
         build("cub200", root=str(tmp_path / "nowhere"))
 
 

@@ -340,3 +340,32 @@ def test_a_complete_part_file_is_verified_and_renamed(cub, server, tmp_path):
     fetch(server.url + "/CUB_200_2011.tgz", dest, sources.SPECS["cub200"].files[0], progress=False)
     assert server.requests[-1][1] == f"bytes={len(cub)}-"  # answered 416: nothing left to send
     assert dest.read_bytes() == cub
+
+
+def test_a_recipe_with_download_true_fetches_the_dataset_before_it_is_built(cub, server, tmp_path, monkeypatch):
+    """``[data.dataset] download = true``: the run's dataset build downloads a missing tree from the (mirror)
+    server into root's parent, then builds it; a root that names another folder is refused before any request."""
+    from dmlplug.engine import build as engine
+    from dmlplug.errors import DataError
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe
+
+    def recipe(root):
+        return load_recipe({"data": {"dataset": {"name": "cub200", "root": str(root), "download": True,
+                                                 "train_classes": 2}, "batch_size": 4,
+                                     "sampler": {"name": "m_per_class", "m": 2}},
+                            "backbone": {"name": "timm"}, "loss": {"name": "multi_similarity"},
+                            "evaluation": {"select_on": "test"}}, registry=get_host().registry)
+
+    host = get_host()
+    wrong = recipe(tmp_path / "data" / "cub")
+    with pytest.raises(DataError, match="unpacks into a folder named 'CUB_200_2011'"):
+        engine.check_data(wrong, engine.new_context(wrong, device="cpu", host=host))
+    assert server.requests == []
+    good = recipe(tmp_path / "data" / "CUB_200_2011")
+    facts = engine.check_data(good, engine.new_context(good, device="cpu", host=host, quiet=True))
+    assert (tmp_path / "data" / "CUB_200_2011" / "images.txt").is_file()
+    assert [name for name, _ in server.requests] == ["CUB_200_2011.tgz"]
+    assert facts["train_classes"] == 2
+    engine.check_data(good, engine.new_context(good, device="cpu", host=host, quiet=True))  # present: no request
+    assert len(server.requests) == 1
