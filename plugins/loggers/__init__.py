@@ -1,8 +1,8 @@
-"""The built-in loggers: console, TensorBoard and record-keeper (per-run plugins implementing lifecycle hooks).
+"""The built-in loggers: console, TensorBoard, record-keeper, MLflow (per-run plugins implementing lifecycle hooks).
 
 This module holds their parameters, factories and registration and stays torch-free at import; the
-implementations live beside it (:mod:`.console`, :mod:`.tensorboard_logger`, :mod:`.record_keeper_logger`) and
-are imported by the factories. Every logger reads the run only through the
+implementations live beside it (:mod:`.console`, :mod:`.tensorboard_logger`, :mod:`.record_keeper_logger`,
+:mod:`.mlflow_logger`) and are imported by the factories. Every logger reads the run only through the
 :class:`dmlplug.protocols.RunView` its hooks receive. TensorBoard tags are a public interface
 (docs/monitoring.md): add tags, never rename them.
 """
@@ -16,8 +16,14 @@ from pydantic import Field, model_validator
 from dmlplug import Params, hookimpl
 
 
-def require_package(module: str, logger: str, distribution: str) -> None:
+def require_package(module: str, logger: str, distribution: str, install: str | None = None) -> None:
     """Fail recipe validation when a logger's package is not importable (never fail silently at run time).
+
+    Args:
+        module: The module to find.
+        logger: The logger's registered name.
+        distribution: The distribution providing ``module``.
+        install: What to ``pip install`` (default: ``distribution``), e.g. an extra ``"dmlplug[mlflow]"``.
 
     Raises:
         ValueError: Turned by pydantic into a validation error of the logger's table.
@@ -25,7 +31,7 @@ def require_package(module: str, logger: str, distribution: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise ValueError(
             f"logger {logger!r} needs the {distribution!r} package, which is not installed "
-            f"(fix: pip install {distribution}, or remove this [[loggers]] table)")
+            f"(fix: pip install {install or distribution}, or remove this [[loggers]] table)")
 
 
 class ConsoleParams(Params):
@@ -74,6 +80,27 @@ class RecordKeeperParams(Params):
         return self
 
 
+class MLflowParams(Params):
+    """Parameters of the ``mlflow`` logger."""
+
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (http://host:5000, sqlite:///mlflow.db, "
+                                                        "a folder); default: MLflow's own (MLFLOW_TRACKING_URI, else "
+                                                        "sqlite:///mlflow.db, or ./mlruns where it exists; local "
+                                                        "stores need the full mlflow package, not mlflow-skinny).")
+    experiment: str | None = Field(None, description="MLflow experiment, created when missing (default: the run "
+                                                     "name, [run] name).")
+    run_name: str | None = Field(None, description="Name of the MLflow run (default: the run directory's name).")
+    figures: bool = Field(True, description="Evaluator figures (e.g. OPIS utility curves) as PNG artifacts "
+                                            "figures/<split>/<name>_step_<NNNNNN>.png at every evaluation.")
+    pictures: bool = Field(True, description="The retrieval pictures of every evaluation as artifacts "
+                                             "pictures/<split>/epoch_<NNN>_<kind>.png.")
+
+    @model_validator(mode="after")
+    def _mlflow_installed(self) -> MLflowParams:
+        require_package("mlflow", "mlflow", "mlflow-skinny", install='"dmlplug[mlflow]"')
+        return self
+
+
 def build_console(params: ConsoleParams, ctx):
     """Console logger: a progress bar per epoch (unless ``dmlplug run --quiet``) and one line per evaluation."""
     from dmlplug_builtins.loggers.console import ConsoleLogger
@@ -99,9 +126,16 @@ def build_record_keeper(params: RecordKeeperParams, ctx):
     return RecordKeeperLogger(params, rebuild=ctx.rebuild)
 
 
+def build_mlflow(params: MLflowParams, ctx):
+    """MLflow logger (a tracked run per dmlplug run, its id in <run>/mlflow.json); the package was checked."""
+    from dmlplug_builtins.loggers.mlflow_logger import MLflowLogger
+
+    return MLflowLogger(params, quiet=bool(ctx.quiet))
+
+
 @hookimpl
 def register_loggers(register):
-    """Register the console, TensorBoard and record-keeper loggers."""
+    """Register the console, TensorBoard, record-keeper and MLflow loggers."""
     register("console", build_console, params=ConsoleParams, description="Progress bar and metric lines.")
     register("tensorboard", build_tensorboard, params=TensorBoardParams,
              description="TensorBoard: losses, learning rates, metrics, pair-distance histograms, evaluator figures, "
@@ -109,3 +143,6 @@ def register_loggers(register):
     register("record_keeper", build_record_keeper, params=RecordKeeperParams,
              description="PML's recordable statistics (e.g. mined pairs) and metrics through record-keeper: "
                          "CSV, SQLite and TensorBoard train/pml/*.")
+    register("mlflow", build_mlflow, params=MLflowParams,
+             description="MLflow: recipe as parameters, losses and metrics at the global step, figures and retrieval "
+                         "pictures as artifacts; a resume continues the same MLflow run (docs/monitoring.md).")
