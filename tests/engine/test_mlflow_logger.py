@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2e import TINY_RECIPE, sigkill_when
+from stalling import STALL_AFTER_EVAL
 
 from dmlplug.errors import RecipeError
 from dmlplug_builtins.loggers.mlflow_logger import RESUMED_TAG, RUN_DIR_TAG, metric_key, param_value
@@ -119,27 +120,6 @@ def mlflow_server(tmp_path_factory):
 SMALL = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8", "data.sampler.m=2",
          "data.sampler.batches_per_epoch=4", "head.embedding_size=8", "run.epochs=2", "run.checkpoint_every_steps=1",
          "run.log_every=1"]
-
-# Stalls (for the test to SIGKILL it) right after the evaluation of epoch 1 (step 4), logged to MLflow, while the
-# last checkpoint is still the one of step 3: the resumed run trains step 4 and evaluates epoch 1 again.
-STALL_AFTER_EVAL = """
-import sys, time
-from pathlib import Path
-from dmlplug import hookimpl
-from dmlplug.plugins import get_host
-from dmlplug.cli import main
-
-class Stall:
-    @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
-        if epoch == 1:
-            Path(sys.argv[1]).write_text(str(run.step))
-            time.sleep(600)
-
-get_host().pm.register(Stall(), "stall")
-main(sys.argv[2:])
-"""
-
 
 def _recipe(uri: str) -> str:
     return TINY_RECIPE + f"""

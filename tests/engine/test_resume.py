@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 from e2e import TINY_RECIPE, run_cli, sigkill_when
+from stalling import STALL_AFTER_EVAL
 
 from dmlplug.engine.resume import recipe_diff, trim_metrics
 
@@ -205,27 +206,6 @@ hparams = false
 [[loggers]]
 name = "record_keeper"
 every = 1
-"""
-
-
-# Stalls (for the test to SIGKILL it) right after the evaluation of epoch 1, whose records are on disk, while the
-# last checkpoint is still the one of step 3: the resumed run trains step 4 and evaluates epoch 1 again.
-STALL_AFTER_EVAL = """
-import sys, time
-from pathlib import Path
-from dmlplug import hookimpl
-from dmlplug.plugins import get_host
-from dmlplug.cli import main
-
-class Stall:
-    @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
-        if epoch == 1:
-            Path(sys.argv[1]).write_text(str(run.step))
-            time.sleep(600)
-
-get_host().pm.register(Stall(), "stall")
-main(sys.argv[2:])
 """
 
 
