@@ -1,15 +1,16 @@
-"""The built-in loggers: console, TensorBoard, record-keeper, MLflow (per-run plugins implementing lifecycle hooks).
+"""The built-in loggers: console, TensorBoard, record-keeper, MLflow, W&B (per-run plugins with lifecycle hooks).
 
 This module holds their parameters, factories and registration and stays torch-free at import; the
 implementations live beside it (:mod:`.console`, :mod:`.tensorboard_logger`, :mod:`.record_keeper_logger`,
-:mod:`.mlflow_logger`) and are imported by the factories. Every logger reads the run only through the
-:class:`dmlplug.protocols.RunView` its hooks receive. TensorBoard tags are a public interface
+:mod:`.mlflow_logger`, :mod:`.wandb_logger`) and are imported by the factories. Every logger reads the run
+only through the :class:`dmlplug.protocols.RunView` its hooks receive. TensorBoard tags are a public interface
 (docs/monitoring.md): add tags, never rename them.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -101,6 +102,37 @@ class MLflowParams(Params):
         return self
 
 
+class WandbParams(Params):
+    """Parameters of the ``wandb`` logger."""
+
+    project: str | None = Field(None, description="W&B project (default: WANDB_PROJECT, else the run name, [run] "
+                                                  "name).")
+    entity: str | None = Field(None, description="W&B entity, a user or team (default: WANDB_ENTITY, else your "
+                                                 "default entity).")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online: stream to the W&B server (needs `wandb login`); offline: write locally, upload "
+                          "later with `wandb sync`; disabled: log nothing. Default: WANDB_MODE, else online.")
+    run_name: str | None = Field(None, description="Display name of the W&B run (default: the run directory's name).")
+    group: str | None = Field(None, description="W&B group of the run (default: WANDB_RUN_GROUP, else none).")
+    tags: list[str] | None = Field(None, description="W&B tags of the run (default: WANDB_TAGS, else none).")
+    notes: str | None = Field(None, description="W&B notes of the run (default: WANDB_NOTES, else none).")
+    job_type: str | None = Field(None, description="W&B job type of the run (default: WANDB_JOB_TYPE, else none).")
+    dir: str | None = Field(None, description="Folder in which W&B writes its wandb/ folder (default: WANDB_DIR, "
+                                              "else the run directory).")
+    resume: Literal["allow", "must"] = Field("allow", description="How a resumed dmlplug run reopens its W&B run "
+                                                                  "(<run>/wandb.json): allow creates it when the "
+                                                                  "server does not have it, must fails then.")
+    figures: bool = Field(True, description="Evaluator figures (e.g. OPIS utility curves) as images "
+                                            "eval/<split>/figure/<name> at every evaluation.")
+    pictures: bool = Field(True, description="The retrieval pictures of every evaluation as images "
+                                             "eval/<split>/pictures/<kind>.")
+
+    @model_validator(mode="after")
+    def _wandb_installed(self) -> WandbParams:
+        require_package("wandb", "wandb", "wandb", install='"dmlplug[wandb]"')
+        return self
+
+
 def build_console(params: ConsoleParams, ctx):
     """Console logger: a progress bar per epoch (unless ``dmlplug run --quiet``) and one line per evaluation."""
     from dmlplug_builtins.loggers.console import ConsoleLogger
@@ -133,9 +165,16 @@ def build_mlflow(params: MLflowParams, ctx):
     return MLflowLogger(params, quiet=bool(ctx.quiet))
 
 
+def build_wandb(params: WandbParams, ctx):
+    """W&B logger (a W&B run per dmlplug run, its id in <run>/wandb.json); the package was checked."""
+    from dmlplug_builtins.loggers.wandb_logger import WandbLogger
+
+    return WandbLogger(params, quiet=bool(ctx.quiet))
+
+
 @hookimpl
 def register_loggers(register):
-    """Register the console, TensorBoard, record-keeper and MLflow loggers."""
+    """Register the console, TensorBoard, record-keeper, MLflow and W&B loggers."""
     register("console", build_console, params=ConsoleParams, description="Progress bar and metric lines.")
     register("tensorboard", build_tensorboard, params=TensorBoardParams,
              description="TensorBoard: losses, learning rates, metrics, pair-distance histograms, evaluator figures, "
@@ -146,3 +185,6 @@ def register_loggers(register):
     register("mlflow", build_mlflow, params=MLflowParams,
              description="MLflow: recipe as parameters, losses and metrics at the global step, figures and retrieval "
                          "pictures as artifacts; a resume continues the same MLflow run (docs/monitoring.md).")
+    register("wandb", build_wandb, params=WandbParams,
+             description="Weights & Biases: recipe as config, losses and metrics on the global step, figures and "
+                         "retrieval pictures as images; a resume continues the same W&B run (docs/monitoring.md).")
