@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -54,18 +55,25 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
     if url is None:
         tune_dir.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(tune_dir / JOURNAL)))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, since 2.8
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=HEARTBEAT, grace_period=GRACE,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
-                engine_kwargs={"pool_pre_ping": True, "connect_args": _connect_args(url)})
-    except Exception as exc:  # sqlalchemy raises its own family for unreachable servers, bad URLs, drivers
-        raise RunError(f"cannot open the study storage {_hidden(url)}: {type(exc).__name__}: "
-                       f"{str(exc).splitlines()[0] if str(exc) else ''}", where="--storage",
-                       fix="check that the database server runs and the URL (user, password, host, port, "
-                           "database) is right") from None
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, since 2.8
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=HEARTBEAT, grace_period=GRACE,
+                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+                    engine_kwargs={"pool_pre_ping": True, "connect_args": _connect_args(url)})
+        except Exception as exc:  # sqlalchemy raises its own family for unreachable servers, bad URLs, drivers
+            # Workers starting together on a new database race to create its tables; the loser sees an
+            # IntegrityError and finds the tables there when it tries again.
+            if type(exc).__name__ == "IntegrityError" and attempt < 2:
+                time.sleep(1.0 + attempt)
+                continue
+            raise RunError(f"cannot open the study storage {_hidden(url)}: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}", where="--storage",
+                           fix="check that the database server runs and the URL (user, password, host, port, "
+                               "database) is right") from None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def _connect_args(url: str) -> dict[str, Any]:
