@@ -115,9 +115,12 @@ def _figures(study: Any, out: Path) -> None:
 
     for name, plot in (("history.png", ovm.plot_optimization_history), ("parallel.png", ovm.plot_parallel_coordinate)):
         axes = plot(study)
-        figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
-        atomic_write(out / name, lambda handle, f=figure: f.savefig(handle, format="png", dpi=100,
-                                                                     bbox_inches="tight"))
+        figure: Any = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
+
+        def save(handle: Any, figure: Any = figure) -> None:
+            figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
+
+        atomic_write(out / name, save)
         plt.close(figure)
 
 

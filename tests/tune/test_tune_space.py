@@ -1,6 +1,7 @@
 """Search spaces: the recipe field a key sets, and every bad space refused before anything trains (issue #28 item 8)."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from e2e import run_cli
@@ -138,3 +139,17 @@ def test_cli_refuses_a_bad_space_with_exit_code_2(tmp_path):
     done = run_cli("tune", "run", space, "--dir", tmp_path / "t", "--trials", "1")
     assert done.returncode == 2 and "did you mean 'alpha'" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "t").exists()  # nothing written before the space is checked
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "recipes").rglob("*.space.toml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_space_validates(path):
+    check_space(load_space(path), [])
+
+
+def test_the_documented_space_is_the_shipped_one():
+    root = Path(__file__).parents[2]
+    doc = (root / "docs" / "tune.md").read_text()
+    block = doc.split("```toml\n# recipes/tune/quickstart.space.toml\n", 1)[1].split("```", 1)[0]
+    shipped = (root / "recipes" / "tune" / "quickstart.space.toml").read_text()
+    assert block.strip() in shipped  # the file has a header comment above the same text
