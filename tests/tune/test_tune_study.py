@@ -12,6 +12,7 @@ from scipy import stats
 from tiny import write_tiny
 
 import dmlplug
+from dmlplug.plugins import get_host
 from dmlplug_builtins.tune.report import load, write_report
 from dmlplug_builtins.tune.trials import FoldReporter
 from dmlplug_builtins.tune.tune import tune
@@ -38,12 +39,15 @@ def test_search_resume_reproduce_and_report(tmp_path, single_thread):
         scores = [r["selection_metrics"]["map@r"] for r in folds]
         assert trial.value == pytest.approx(statistics.fmean(scores))  # the objective: mean over the folds
         assert [trial.user_attrs["fold_0"], trial.user_attrs["fold_1"]] == scores
+        # The per-run hook saw each fold's one trained epoch: steps fold * epochs + epoch, the running fold mean.
+        assert trial.intermediate_values == pytest.approx({1: scores[0], 2: statistics.fmean(scores)})
         recipe = (tmp_path / "t" / "trials" / f"trial-{trial.number:04d}" / "fold-1" / "recipe.resolved.toml")
         assert f"lr = {trial.params['optimizer.lr']}" in recipe.read_text()
     for fold in range(2):
         data = json.loads((tmp_path / "t" / "trials" / "trial-0000" / f"fold-{fold}" / "data.json").read_text())
         val_classes.append(set(data["info"]["tune_fold"]["val_classes"]))
     assert val_classes[0].isdisjoint(val_classes[1])
+    assert get_host().pm.get_plugin("run-hooks-0") is None  # registered for its run only
     # Reproductions: the plain recipe (all training classes, the test classes) with the best values, seeds 0 and 1.
     summary = json.loads((tmp_path / "t" / "reproductions" / "summary.json").read_text())
     scores = [results(tmp_path / "t" / "reproductions" / f"seed-{s}")["metrics"]["map@r"] for s in range(2)]
