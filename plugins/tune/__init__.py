@@ -4,7 +4,8 @@ It registers
 
 * dataset ``tune_fold``: any registered dataset's training classes dealt into ``k`` class-disjoint folds, fold
   ``i`` validating (its test classes are dropped: a search never sees them);
-* the commands ``dmlplug tune run | validate | report``.
+* the commands ``dmlplug tune run | validate | report``, and ``dmlplug validate NAME.space.toml`` (hook
+  ``validate_file``).
 
 Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.study` (storage,
 sampler, pruner, lost workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop,
@@ -13,6 +14,7 @@ reproductions), :mod:`.report` and :mod:`.commands`. Neither torch nor optuna is
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, model_validator
@@ -79,3 +81,15 @@ def register_commands(app: Any) -> None:
     group.command("validate")(commands.cmd_tune_validate)
     group.command("report")(commands.cmd_tune_report)
     app.add_typer(group, name="tune")
+
+
+@hookimpl
+def validate_file(path: Path, overrides: list[str]) -> str | None:
+    """``dmlplug validate NAME.space.toml``: check a search space against its recipe (keys, bounds, choices)."""
+    if not path.name.endswith(".space.toml"):
+        return None
+    from dmlplug_builtins.tune.space import check_space, load_space
+
+    space = load_space(path)
+    check_space(space, list(overrides))
+    return f"search space of {len(space.params)} parameters over {space.recipe_path}"

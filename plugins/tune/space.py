@@ -204,7 +204,8 @@ def check_space(space: Space, overrides: list[str]) -> None:
         try:
             found = dmlplug.recipe_field(dmlplug.validate(str(space.recipe_path), active), key)
         except DmlplugError as exc:
-            raise RecipeError(f"{key}: {exc.what}", where=where, fix=exc.fix or "check the key") from None
+            what = exc.what if exc.what.startswith(f"{key}:") else f"{key}: {exc.what}"
+            raise RecipeError(what, where=where, fix=exc.fix or "check the key") from None
         if param.type != "categorical":
             _check_bounds(key, param, found, where)
         values = param.choices if param.type == "categorical" else [_typed(param, param.low), _typed(param, param.high)]

@@ -84,6 +84,8 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     from dmlplug_builtins.tune.trials import objective
 
     space, directory, identity = prepare(space_path, tune_dir, overrides)
+    if space.settings.sampler == "grid":  # every combination once: a grid has no more trials to give
+        trials = min(trials, math.prod(len(p.choices or ()) for p in space.params.values()))
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     study = open_study(directory, space, identity, storage)
     for number in recover_lost_trials(study):

@@ -153,3 +153,15 @@ def test_the_documented_space_is_the_shipped_one():
     block = doc.split("```toml\n# recipes/tune/quickstart.space.toml\n", 1)[1].split("```", 1)[0]
     shipped = (root / "recipes" / "tune" / "quickstart.space.toml").read_text()
     assert block.strip() in shipped  # the file has a header comment above the same text
+
+
+def test_dmlplug_validate_checks_a_space_file(tmp_path, capsys):
+    from dmlplug.cli import main
+
+    good = write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n')
+    main(["validate", str(good)])
+    assert capsys.readouterr().out.startswith(f"{good}: OK (search space of 1 parameters over ")
+    good.write_text(good.read_text().replace("high = 2", "high = 2\nlog = true\nstep = 1"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", str(good)])
+    assert exit_info.value.code == 2 and "log and step do not go together" in capsys.readouterr().err

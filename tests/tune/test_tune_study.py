@@ -109,3 +109,18 @@ def dmlplug_result(value):
         selection_metrics = {"map@r": value}
 
     return Result()
+
+
+def test_the_grid_sampler_visits_every_combination_once(tmp_path):
+    space = write_tiny(tmp_path)
+    space.write_text(space.read_text().replace('sampler = "random"', 'sampler = "grid"').split('[params.')[0] + """
+[params."loss.alpha"]
+type = "categorical"
+choices = [1.0, 2.0, 3.0]
+[params."data.sampler.m"]
+type = "categorical"
+choices = [2, 4]
+""")
+    study = tune(space, tmp_path / "t", trials=50, runner=lambda *a, **k: dmlplug_result(0.5), echo=lambda _: None)
+    combinations = sorted((t.params["loss.alpha"], t.params["data.sampler.m"]) for t in study.trials)
+    assert combinations == [(a, m) for a in (1.0, 2.0, 3.0) for m in (2, 4)]
