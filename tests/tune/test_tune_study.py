@@ -124,3 +124,19 @@ choices = [2, 4]
     study = tune(space, tmp_path / "t", trials=50, runner=lambda *a, **k: dmlplug_result(0.5), echo=lambda _: None)
     combinations = sorted((t.params["loss.alpha"], t.params["data.sampler.m"]) for t in study.trials)
     assert combinations == [(a, m) for a in (1.0, 2.0, 3.0) for m in (2, 4)]
+
+
+def test_report_puts_several_searches_side_by_side(tmp_path):
+    space = write_tiny(tmp_path)
+    for name, value in (("ms", 0.4), ("arc", 0.6)):
+        scores = iter([value, value + 0.1, value + 0.2, value + 0.3] * 3)
+        tune(space, tmp_path / name, trials=3, runner=lambda *a, s=scores, **k: dmlplug_result(next(s)),
+             echo=lambda _: None)
+    table = write_report([str(tmp_path / "ms"), str(tmp_path / "arc")], out=str(tmp_path / "cmp"))
+    rows = [line for line in table.splitlines() if line.startswith("| ms") or line.startswith("| arc")]
+    # Each trial's objective is the mean of its two folds: 0.45, 0.65, 0.45 (ms) and 0.65, 0.85, 0.65 (arc).
+    assert rows == ["| ms | 3 | 3 | 0 | 0 | 0.65 |  |", "| arc | 3 | 3 | 0 | 0 | 0.85 |  |"]
+    assert (tmp_path / "cmp" / "comparison.md").read_text() == table
+    for name in ("ms", "arc"):
+        assert (tmp_path / "cmp" / name / "importances.md").read_text().startswith("| parameter | importance |")
+        assert (tmp_path / "cmp" / name / "best.toml").is_file()
