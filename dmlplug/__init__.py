@@ -30,7 +30,8 @@ __version__ = "0.1.0"
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
 __all__ = ["BuildContext", "ComponentTable", "Params", "TableOf", "__version__", "check_data", "create",
-           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "run", "validate"]
+           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "recipe_field", "run",
+           "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -40,7 +41,9 @@ def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **opti
         recipe: Path to a TOML recipe, or a dict with the same structure.
         overrides: ``"section.key=value"`` strings (as ``--set``) or a ``{"section.key": value}`` dict.
         **options: ``out`` (output directory), ``device``, ``quiet`` (``True``: the console logger prints
-            nothing, neither a progress bar nor the evaluation lines; errors are still raised).
+            nothing, neither a progress bar nor the evaluation lines; errors are still raised), ``hooks``
+            (objects with ``@hookimpl`` lifecycle methods registered for this run only, like its loggers: an
+            ``on_eval_end`` that raises stops the run, which ends failed with that error).
     """
     from dmlplug.engine.launch import run_recipe
 
@@ -52,6 +55,29 @@ def validate(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -
     from dmlplug.recipe import load_recipe
 
     return load_recipe(recipe, overrides=overrides)
+
+
+def recipe_field(recipe: Any, key: str, overrides: list[str] | dict[str, Any] | None = None) -> Any:
+    """The field a recipe key sets: its owner, type, current value and its own bounds (``ge``/``gt``/``le``/``lt``).
+
+    Tools that vary recipe keys (``dmlplug tune`` search spaces) check a key and its range before anything runs.
+
+    Args:
+        recipe: Path to a TOML recipe, a dict with the same structure, or a :func:`validate` result.
+        key: A recipe key as ``--set`` writes it: ``loss.margin``, ``regularizers[0].weight``, ``data.sampler.m``.
+        overrides: Overrides applied before the lookup (ignored for a :func:`validate` result).
+
+    Returns:
+        A :class:`dmlplug.recipe.fields.RecipeField` (``key``, ``owner``, ``annotation``, ``value``, ``bounds``,
+        ``description``).
+
+    Raises:
+        dmlplug.errors.RecipeError: The recipe is invalid or has no such key (with "did you mean").
+    """
+    from dmlplug.recipe.fields import recipe_field as _recipe_field
+
+    validated = recipe if hasattr(recipe, "components") else validate(recipe, overrides)
+    return _recipe_field(validated, key)
 
 
 def create(kind: str, name: str, ctx: BuildContext | None = None, **params: Any) -> Any:

@@ -378,6 +378,34 @@ def on_run_end(run: RunView, status: str, error: BaseException | None) -> None:
 
 
 @hookspec
+def validate_file(path: Path, overrides: list[str]) -> str | None:
+    """Check a file ``dmlplug validate`` is given that a plugin owns (not a recipe), such as a search space.
+
+    Called on every plugin, one at a time, before the file is read as a recipe. A plugin that does not own the
+    file returns ``None``; the file is then validated as a recipe when no plugin claims it.
+
+    Args:
+        path: The file given to ``dmlplug validate``.
+        overrides: Its ``--set`` strings.
+
+    Returns:
+        A one-line summary printed after ``PATH: OK`` when the plugin owns the file and it is valid, else ``None``.
+
+    Raises:
+        dmlplug.errors.DmlplugError: The plugin owns the file and it is invalid (shown like a recipe error).
+
+    Example::
+
+        @hookimpl
+        def validate_file(path, overrides):
+            if not path.name.endswith(".space.toml"):
+                return None
+            check_my_space(path, overrides)   # raises a RecipeError naming what is wrong
+            return "search space"
+    """
+
+
+@hookspec
 def report_section(groups: Sequence[Any], metrics: Sequence[str], figure_dir: Path | None) -> ReportSection | None:
     """Add a section to ``dmlplug report`` (called once per report, on every plugin).
 

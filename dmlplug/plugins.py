@@ -48,6 +48,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.oodml",
     "dmlplug_builtins.optim",
     "dmlplug_builtins.augmentations",
+    "dmlplug_builtins.tune",
 )
 
 #: Built-ins that the recipe defaults name (``[head] name = "linear"``, ``[data.sampler] m_per_class``, the

@@ -24,7 +24,8 @@ Every hook has a test in `tests/hooks/` that implements it in a throwaway plugin
 GROUPS = (
     ("Registration hooks", "Called once when plugins load; each receives a `register` callback.",
      lambda name: name.startswith("register_") and name != "register_commands"),
-    ("The command line", "Called when the `dmlplug` command starts.", lambda name: name == "register_commands"),
+    ("The command line", "Called when the `dmlplug` command starts (`register_commands`), and by `dmlplug validate` "
+     "for a file a plugin may own (`validate_file`).", lambda name: name in ("register_commands", "validate_file")),
     ("Lifecycle hooks", "Called during every run, on every plugin and on the run's loggers; `run` is a read-only "
      "`RunView`.", lambda name: name.startswith("on_")),
     ("Reports", "Called by `dmlplug report`, once per report.", lambda name: name == "report_section"),

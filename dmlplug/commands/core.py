@@ -45,9 +45,20 @@ def cmd_run(
 
 def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
                  show: Annotated[bool, typer.Option("--show", help="Print the resolved recipe.")] = False) -> None:
-    """Check a recipe completely (syntax, keys, types, component names and parameters) without running it."""
+    """Check a recipe completely (syntax, keys, types, component names and parameters) without running it.
+
+    A file a plugin owns (a `dmlplug tune` search space, NAME.space.toml) is checked by that plugin instead.
+    """
+    from dmlplug.errors import DmlplugError
+    from dmlplug.plugins import get_host
     from dmlplug.recipe import load_recipe
 
+    arguments = {"path": Path(recipe), "overrides": list(set_ or [])}
+    claimed = [summary for _, summary in get_host().call_each("validate_file", lambda plugin: arguments,
+                                                               reraise=(DmlplugError,)) if summary is not None]
+    if claimed:
+        typer.echo(f"{recipe}: OK ({'; '.join(claimed)})")
+        return
     validated = load_recipe(recipe, set_ or [])
     if show:
         typer.echo(validated.dumps())

@@ -7,6 +7,7 @@ whether it continues an earlier one, what is written before training starts, and
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def run_recipe(
     host: PluginHost | None = None,
     resume: bool = False,
     force: bool = False,
+    hooks: Sequence[Any] = (),
 ) -> RunResult:
     """Validate, build and train a recipe (or continue a run); returns the :class:`RunResult`.
 
@@ -49,6 +51,8 @@ def run_recipe(
         host: Plugin host (default: the loaded one).
         resume: Continue the run from its ``checkpoints/last.pt`` (implied when ``recipe`` is a run directory).
         force: Continue even though the recipe differs from the run's; the difference is recorded.
+        hooks: Objects with ``@hookimpl`` lifecycle methods (``on_eval_end`` …) registered for this run only, on
+            the main process, like the run's loggers (a tuner's pruning callback).
     """
     host = host or get_host()
     pairs = override_pairs(overrides)
@@ -65,7 +69,7 @@ def run_recipe(
     restore_determinism = configure_determinism(r.run.deterministic)
     try:
         result = _run_validated(validated, host, info, resolved_device, out=out, quiet=quiet, resume=resume,
-                                force=force)
+                                force=force, hooks=hooks)
         distributed.barrier()  # no rank leaves the process group while another still uses it
         return result
     finally:
@@ -75,7 +79,7 @@ def run_recipe(
 
 
 def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, device: str, *, out: Any, quiet: bool,
-                   resume: bool, force: bool) -> RunResult:
+                   resume: bool, force: bool, hooks: Sequence[Any] = ()) -> RunResult:
     r = validated.recipe
     check_batch_size(r.data.batch_size, info.world_size)
     state, diff = None, []
@@ -122,6 +126,9 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
         for i, (name, logger) in enumerate(run.components.loggers):
             logger_names.append(f"run-logger-{i}-{name}")
             host.register_run_plugin(logger, logger_names[-1])
+        for i, hook in enumerate(hooks):
+            logger_names.append(f"run-hooks-{i}")
+            host.register_run_plugin(hook, logger_names[-1])
     status = "failed"
     error: BaseException | None = None
     previous_handlers = _install_signal_handlers(run)

@@ -16,7 +16,7 @@ def test_every_hook_is_documented_with_an_example():
     from dmlplug import hookspecs
 
     hooks = [f for _, f in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(f, "dmlplug_spec")]
-    assert len(hooks) == 22  # a new hook also needs its test in tests/hooks (test_every_hook_tested.py)
+    assert len(hooks) == 23  # a new hook also needs its test in tests/hooks (test_every_hook_tested.py)
     assert "register(name, factory" in (hookspecs.__doc__ or "")  # the one argument of every register_<kind>
     for func in hooks:
         doc = func.__doc__ or ""
@@ -239,8 +239,11 @@ def _merge_into_quickstart(block: dict) -> dict:
 #: TOML blocks that name components of a plugin the docs create (validated with the plugin installed by
 #: test_tutorial_commands_run).
 PLUGIN_TOML = {"docs/tutorial-first-loss-plugin.md"}
+#: A block that starts with ``# <path>.space.toml`` is a search space of `dmlplug tune`, not a recipe fragment
+#: (tests/tune/test_tune_space.py checks it is the shipped space file, which that test validates).
 DOC_TOML = [(f"{p.relative_to(ROOT)}#{i}", body) for p in DOCS for i, (lang, body) in enumerate(_code_blocks(p))
-            if lang == "toml" and str(p.relative_to(ROOT)) not in PLUGIN_TOML]
+            if lang == "toml" and str(p.relative_to(ROOT)) not in PLUGIN_TOML
+            and not re.match(r"# \S+\.space\.toml\n", body)]
 
 
 @pytest.mark.parametrize("body", [b for _, b in DOC_TOML], ids=[w for w, _ in DOC_TOML])
@@ -260,7 +263,7 @@ NOT_REPOSITORY_FILES = re.compile(r"[<>{}$]|^runs/|^sweeps/|\.(npz|pkl|json|csv|
 #: A repository path: a top-level folder, then a file name with an extension or a folder ending in "/"
 #: ("dmlplug/PML" in a table header is no path). Globs (`tests/regularizers/test_diva_*.py`) must match a file.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:dmlplug|plugins|recipes|docs|tests|examples|benchmarks|\.ci)/"
-                       r"(?:[\w.*-]+/)*(?:[\w*-]+\.\w+|))(?![\w/])")
+                       r"(?:[\w.*-]+/)*(?:[\w*-]+(?:\.\w+)+|))(?![\w/])")  # several suffixes: x.space.toml
 #: Paths of the project the tutorial generates, not of this repository.
 OTHER_PROJECT = {"docs/tutorial-first-loss-plugin.md": {"tests/test_my_loss.py"}}
 

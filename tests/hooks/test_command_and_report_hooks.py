@@ -137,3 +137,42 @@ def test_report_section_appears_in_the_report(use_host, hooked_run, tmp_path, ca
     main(["report", str(hooked_run.directory)])  # no --out: no figures, the section still shows
     assert plugin.calls[-1]["figure_dir"] is None
     assert "## Hooks section" in capsys.readouterr().out
+
+
+class FilePlugin:
+    """Owns ``*.hooks.toml`` files: valid when they hold ``ok = true``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Path, list[str]]] = []
+
+    @dmlplug.hookimpl
+    def validate_file(self, path, overrides):
+        self.calls.append((path, overrides))
+        if not path.name.endswith(".hooks.toml"):
+            return None
+        if "ok = true" not in path.read_text():
+            from dmlplug.errors import RecipeError
+
+            raise RecipeError("not ok", where=str(path), fix="write ok = true")
+        return f"hooks file, {len(overrides)} override(s)"
+
+
+@pytest.mark.hook("validate_file")
+def test_validate_file_lets_a_plugin_check_its_own_files(use_host, tmp_path, capsys):
+    from dmlplug.cli import main
+
+    plugin = FilePlugin()
+    use_host((plugin, "hooks_files"))
+    good = tmp_path / "a.hooks.toml"
+    good.write_text("ok = true\n")
+    main(["validate", str(good), "--set", "x=1"])
+    assert capsys.readouterr().out == f"{good}: OK (hooks file, 1 override(s))\n"
+    assert plugin.calls == [(good, ["x=1"])]
+    bad = tmp_path / "b.hooks.toml"
+    bad.write_text("ok = false\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", str(bad)])
+    assert exit_info.value.code == 2 and "not ok" in capsys.readouterr().err
+    # A file no plugin claims is a recipe, as before.
+    main(["validate", str(Path(__file__).parents[2] / "recipes" / "quickstart.toml")])
+    assert capsys.readouterr().out.endswith("quickstart.toml: OK\n")

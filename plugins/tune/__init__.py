@@ -1,0 +1,95 @@
+"""Built-in plugin ``tune``: hyperparameter search with the Reality-Check protocol on Optuna.
+
+It registers
+
+* dataset ``tune_fold``: any registered dataset's training classes dealt into ``k`` class-disjoint folds, fold
+  ``i`` validating (its test classes are dropped: a search never sees them);
+* the commands ``dmlplug tune run | validate | report``, and ``dmlplug validate NAME.space.toml`` (hook
+  ``validate_file``).
+
+Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.study` (storage,
+sampler, pruner, lost workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop,
+reproductions), :mod:`.report` and :mod:`.commands`. Neither torch nor optuna is imported here. See docs/tune.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from dmlplug import BuildContext, ComponentTable, Params, TableOf, hookimpl
+from dmlplug.protocols import Register
+
+
+class FoldParams(Params):
+    """Parameters of dataset ``tune_fold``."""
+
+    folds: int = Field(4, ge=2, description="Number of class-disjoint folds of the training classes.")
+    fold: int = Field(0, ge=0, description="The validation fold (0 .. folds-1); the others train.")
+    seed: int = Field(0, ge=0, description="Seed of the assignment of classes to folds.")
+    dataset: Annotated[ComponentTable, TableOf("datasets")] = Field(
+        description='The wrapped dataset\'s table, e.g. {name = "glyphs", num_classes = 40}; its training (and '
+                    'validation) classes are dealt into the folds, its test classes dropped.')
+
+    @model_validator(mode="after")
+    def _fold_in_range(self) -> FoldParams:
+        if self.fold >= self.folds:
+            raise ValueError(f"fold = {self.fold} is not below folds = {self.folds} (folds count from 0)")
+        return self
+
+    def extra_tags(self) -> tuple[str, ...]:
+        """The wrapped dataset's capabilities."""
+        return (*self.dataset.info.tags, *self.dataset.params.extra_tags())
+
+    def extra_requires(self) -> tuple[str, ...]:
+        """The wrapped dataset's requirements."""
+        return (*self.dataset.info.requires, *self.dataset.params.extra_requires())
+
+    def has_validation_split(self) -> bool:
+        """Always: the fold."""
+        return True
+
+
+def build_tune_fold(params: FoldParams, ctx: BuildContext) -> Any:
+    """Build the wrapped dataset and keep fold ``fold`` of its training classes for validation."""
+    from dmlplug_builtins.tune.folds import select_fold
+
+    bundle = ctx.build("dataset", params.dataset, where="data.dataset.dataset")
+    return select_fold(bundle, params.folds, params.fold, params.seed)
+
+
+@hookimpl
+def register_datasets(register: Register) -> None:
+    """Register ``tune_fold``."""
+    register("tune_fold", build_tune_fold, params=FoldParams,
+             description="Any dataset's training classes in k class-disjoint folds; fold i validates, the others "
+                         "train, the test classes are dropped (dmlplug tune).")
+
+
+@hookimpl
+def register_commands(app: Any) -> None:
+    """Add ``dmlplug tune run | validate | report``."""
+    import typer
+
+    from dmlplug_builtins.tune import commands
+
+    group = typer.Typer(help="Hyperparameter search with the Reality-Check protocol on Optuna (docs/tune.md).",
+                        no_args_is_help=True)
+    group.command("run")(commands.cmd_tune_run)
+    group.command("validate")(commands.cmd_tune_validate)
+    group.command("report")(commands.cmd_tune_report)
+    app.add_typer(group, name="tune")
+
+
+@hookimpl
+def validate_file(path: Path, overrides: list[str]) -> str | None:
+    """``dmlplug validate NAME.space.toml``: check a search space against its recipe (keys, bounds, choices)."""
+    if not path.name.endswith(".space.toml"):
+        return None
+    from dmlplug_builtins.tune.space import check_space, load_space
+
+    space = load_space(path)
+    check_space(space, list(overrides))
+    return f"search space of {len(space.params)} parameters over {space.recipe_path}"

@@ -1,0 +1,146 @@
+"""``dmlplug tune report``: what a search found, as files people look at.
+
+Per tune directory (into ``DIR/report`` or ``--out/<dir name>``): ``best.toml`` (the recipe with the best
+configuration, ready for ``dmlplug run``), ``trials.md`` (every trial: state, objective, fold scores,
+parameters, why it failed), ``importances.md`` (fANOVA importances of the parameters, when at least two trials
+completed), ``history.png`` and ``parallel.png`` (optuna.visualization.matplotlib). Several directories also
+give ``comparison.md``: one row per search, side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dmlplug.errors import RunError
+
+
+def load(tune_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
+    """The manifest and study of a tune directory.
+
+    Raises:
+        RunError: Not a tune directory, or no study in its storage.
+    """
+    import optuna
+
+    from dmlplug_builtins.tune.study import STUDY, open_storage
+    from dmlplug_builtins.tune.tune import MANIFEST
+
+    manifest_path = tune_dir / MANIFEST
+    if not manifest_path.is_file():
+        raise RunError(f"{tune_dir} is not a tune directory (no {MANIFEST})", where=str(tune_dir),
+                       fix="give the --dir of a `dmlplug tune run`")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=STUDY, storage=open_storage(tune_dir, storage))
+    except KeyError:
+        raise RunError(f"no study in the storage of {tune_dir}", where=storage or str(tune_dir),
+                       fix="run `dmlplug tune run` first, or give its --storage") from None
+    return manifest, study
+
+
+def trials_table(study: Any) -> str:
+    """Markdown table of every trial."""
+    names = sorted({k for t in study.trials for k in t.params})
+    folds = sorted({k for t in study.trials for k in t.user_attrs if k.startswith("fold_")})
+    head = ["trial", "state", "objective", *folds, *names, "note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for t in study.trials:
+        cells = [str(t.number), t.state.name.lower(), _num(t.value), *(_num(t.user_attrs.get(f)) for f in folds),
+                 *(_num(t.params.get(n)) for n in names), str(t.user_attrs.get("fail_reason", ""))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_one(tune_dir: Path, storage: str | None, out: Path) -> dict[str, Any]:
+    """Write one search's report files into ``out``; returns its row of the comparison."""
+    from optuna.trial import TrialState
+
+    import dmlplug
+    from dmlplug.files import write_text
+    from dmlplug_builtins.tune.trials import toml_value
+
+    manifest, study = load(tune_dir, storage)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "trials.md", trials_table(study))
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    row: dict[str, Any] = {"search": tune_dir.name, "trials": len(study.trials), "complete": len(complete),
+                           "pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
+                           "failed": len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,))),
+                           "best": None, "test": None}
+    if complete:
+        best = study.best_trial
+        row["best"] = best.value
+        overrides = [*manifest["overrides"], *(f"{k}={toml_value(v)}" for k, v in best.params.items())]
+        text = dmlplug.validate(manifest["recipe"], overrides).dumps()
+        write_text(out / "best.toml", f"# Best configuration of {tune_dir} (trial {best.number}, cross-validated "
+                   f"objective {best.value:.4f})\n" + text)
+        _figures(study, out)
+    if len(complete) >= 2:
+        write_text(out / "importances.md", _importances(study))
+    summary = tune_dir / "reproductions" / "summary.json"
+    if summary.is_file():
+        data = json.loads(summary.read_text(encoding="utf-8"))
+        row["test"] = f"{data['mean']:.4f} ± {data['half_width']:.4f} ({len(data['scores'])} seeds)"
+    return row
+
+
+def _importances(study: Any) -> str:
+    import optuna
+
+    try:
+        values = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError) as exc:  # e.g. a parameter that never varied
+        return f"No importances: {exc}\n"
+    return "| parameter | importance |\n|---|---|\n" + "".join(f"| {k} | {v:.3f} |\n" for k, v in values.items())
+
+
+def _figures(study: Any, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    from dmlplug.files import atomic_write
+
+    for name, plot in (("history.png", ovm.plot_optimization_history), ("parallel.png", ovm.plot_parallel_coordinate)):
+        axes = plot(study)
+        figure: Any = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
+
+        def save(handle: Any, figure: Any = figure) -> None:
+            figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
+
+        atomic_write(out / name, save)
+        plt.close(figure)
+
+
+def write_report(dirs: Sequence[str], *, storage: str | None = None, out: str | None = None) -> str:
+    """Write the reports of ``dirs``; returns the text printed (the comparison table)."""
+    import warnings
+
+    from dmlplug.files import write_text
+
+    rows = []
+    for name in dirs:
+        tune_dir = Path(name)
+        target = Path(out) / tune_dir.name if out else tune_dir / "report"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # optuna's matplotlib module is marked experimental
+            rows.append(write_one(tune_dir, storage, target))
+    head = ["search", "trials", "complete", "pruned", "failed", "best", "test"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_num(r[h]) if r[h] is not None else "" for h in head) + " |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    if len(rows) > 1:
+        write_text(Path(out or dirs[0]) / "comparison.md", table)
+    return table

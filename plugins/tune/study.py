@@ -1,0 +1,205 @@
+"""The Optuna study of a tune directory: storage, sampler, pruner, and the space it belongs to.
+
+Layout of a tune directory::
+
+    TUNE_DIR/
+      tune.json                the space file's path, its identity hash, the --set overrides
+      recipe.toml              the recipe with its [data.dataset] wrapped in dataset "tune_fold"
+      journal.log              the embedded storage (Optuna's JournalStorage, file backend, lock file beside)
+      trials/trial-0007/fold-2 an ordinary run directory per trial and fold
+      reproductions/seed-0     the best configuration retrained on all training classes (--reproductions)
+
+The embedded storage is safe for several processes on one machine (the journal file is appended under a
+file lock). ``--storage postgresql://...`` shares the study between machines (Optuna's RDBStorage with a
+heartbeat). Optuna is imported inside the functions: the CLI starts without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from dmlplug.errors import RunError
+
+STUDY = "dmlplug-tune"
+JOURNAL = "journal.log"
+#: Seconds between heartbeats of a running trial (database storages), and how old one may get before the trial
+#: counts as lost.
+HEARTBEAT = 10
+GRACE = 30
+#: User attributes of a trial.
+WORKER_ATTR = "worker"
+REASON_ATTR = "fail_reason"
+SPACE_ATTR = "dmlplug_space"
+
+
+def worker_id() -> str:
+    """``host:pid`` of this process: which worker runs a trial."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def open_storage(tune_dir: Path, url: str | None) -> Any:
+    """The study's storage: the journal file in ``tune_dir``, or the database at ``url``.
+
+    Raises:
+        RunError: The database cannot be reached or is not a database URL Optuna knows.
+    """
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if url is None:
+        tune_dir.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(tune_dir / JOURNAL)))
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, since 2.8
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=HEARTBEAT, grace_period=GRACE,
+                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+                    engine_kwargs={"pool_pre_ping": True, "connect_args": _connect_args(url)})
+        except Exception as exc:  # sqlalchemy raises its own family for unreachable servers, bad URLs, drivers
+            # Workers starting together on a new database race to create its tables; the loser sees an
+            # IntegrityError and finds the tables there when it tries again.
+            if type(exc).__name__ == "IntegrityError" and attempt < 2:
+                time.sleep(1.0 + attempt)
+                continue
+            raise RunError(f"cannot open the study storage {_hidden(url)}: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}", where="--storage",
+                           fix="check that the database server runs and the URL (user, password, host, port, "
+                               "database) is right") from None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    # A server that does not answer should be an error within seconds, not a hang.
+    return {"connect_timeout": 10} if url.startswith("postgres") else {}
+
+
+def _hidden(url: str) -> str:
+    """``url`` without its password."""
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, credentials = head.partition("//")
+    return f"{scheme}//{credentials.split(':', 1)[0]}:***@{tail}"
+
+
+def make_sampler(name: str, seed: int | None, space: Any) -> Any:
+    """An Optuna sampler by name (``tpe`` with multivariate grouping for conditional spaces)."""
+    import optuna
+
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group: stable since 2.8
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed)
+    grid = {}
+    for key, param in space.params.items():
+        if param.type != "categorical":
+            raise RunError(f"the grid sampler needs categorical parameters only; {key} is a {param.type} range",
+                           where=f"{space.path}: params.\"{key}\"", fix="list its values as choices")
+        grid[key] = list(param.choices)
+    return optuna.samplers.GridSampler(grid, seed=seed)
+
+
+def make_pruner(settings: Any) -> Any:
+    """The pruner: median or percentile over the running mean of the folds, or none."""
+    import optuna
+
+    if settings.pruner == "none":
+        return optuna.pruners.NopPruner()
+    percentile = 50.0 if settings.pruner == "median" else settings.percentile
+    return optuna.pruners.PercentilePruner(percentile, n_startup_trials=settings.startup_trials, n_warmup_steps=0)
+
+
+def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None) -> Any:
+    """Create or load the study; refuse one made for another space.
+
+    Raises:
+        RunError: The storage is unreachable, or its study was created with another space or recipe.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(tune_dir, storage_url)
+    study = optuna.create_study(study_name=STUDY, storage=storage, direction=space.settings.direction,
+                                sampler=make_sampler(space.settings.sampler, space.settings.sampler_seed, space),
+                                pruner=make_pruner(space.settings), load_if_exists=True)
+    stored = study.user_attrs.get(SPACE_ATTR)
+    if stored is None:
+        study.set_user_attr(SPACE_ATTR, identity)
+    elif stored != identity:
+        raise RunError("the study was created with another space, recipe or --set overrides",
+                       where=storage_url and _hidden(storage_url) or str(tune_dir / JOURNAL),
+                       fix="use a new --dir (or another database) for a changed search, or run the original one")
+    return study
+
+
+def recover_lost_trials(study: Any) -> list[int]:
+    """Fail the RUNNING trials of dead workers on this machine and retry each once; returns their numbers.
+
+    Database storages do this through the heartbeat (any machine); the journal file has no heartbeat, so a
+    worker starting on the machine checks the process ids recorded in the trials instead.
+    """
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    lost = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(trial.user_attrs.get(WORKER_ATTR, ""))
+        name, _, pid = owner.rpartition(":")
+        if name != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        storage = study._storage
+        try:
+            # Two workers starting together may both find the trial: the storage lets one of them fail it (the
+            # other gets UpdateFinishedTrialError), and only that one queues the retry.
+            storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, f"worker {owner} died")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
+            RetryHeartbeatStaleTrialCallback(max_retry=1)(study, storage.get_trial(trial._trial_id))
+        lost.append(trial.number)
+    return lost
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def counted(study: Any) -> int:
+    """Trials that count towards ``--trials``: complete, pruned, or failed, except failures that were retried.
+
+    A lost worker's trial is failed and retried once (:func:`recover_lost_trials`, the heartbeat): its retry
+    counts, the failure does not, so nothing is counted twice.
+    """
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
+        retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
+    finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(1 for t in trials if t.state in finished and t.number not in retried)

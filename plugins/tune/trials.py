@@ -1,0 +1,128 @@
+"""One trial: ``k`` ordinary runs (fold ``i`` validates), pruned on the running mean of the folds.
+
+Every fold run goes through :func:`dmlplug.run` with a per-run hook object (:class:`FoldReporter`) whose
+``on_eval_end`` reports the validation metric to Optuna at step ``fold * epochs + epoch``, as the mean of the
+finished folds' scores and this fold's latest one, so the pruner compares trials on the same scale at every
+step. A pruned trial's current fold run ends failed with ``TrialPruned`` in its results.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dmlplug import hookimpl
+from dmlplug.errors import DmlplugError, RunError
+
+RECIPE = "recipe.toml"
+
+
+def fold_recipe(raw: dict[str, Any], settings: Any) -> dict[str, Any]:
+    """The recipe every fold run trains: its dataset wrapped in ``tune_fold``, selecting on the validation fold."""
+    recipe = copy.deepcopy(raw)
+    data = recipe.setdefault("data", {})
+    if not isinstance(data.get("dataset"), dict):
+        raise RunError("the recipe has no [data.dataset] table for the folds to wrap")
+    data["dataset"] = {"name": "tune_fold", "folds": settings.folds, "fold": 0, "seed": settings.fold_seed,
+                       "dataset": data["dataset"]}
+    evaluation = recipe.setdefault("evaluation", {})
+    evaluation.pop("split", None)
+    evaluation.update({"select_on": "val", "report_on": "val", "metric": settings.metric,
+                       "mode": "max" if settings.direction == "maximize" else "min"})
+    return recipe
+
+
+def wrapped_key(key: str) -> str:
+    """A key of the plain recipe in terms of the fold recipe (``data.dataset.x`` -> ``data.dataset.dataset.x``)."""
+    if key == "data.dataset" or key.startswith("data.dataset.") or key.startswith("data.dataset["):
+        return "data.dataset.dataset" + key.removeprefix("data.dataset")
+    return key
+
+
+class FoldReporter:
+    """Per-run hook: report the running fold mean to the trial and prune when the pruner says so."""
+
+    def __init__(self, trial: Any, fold: int, epochs: int, metric: str, finished: Sequence[float]):
+        self.trial, self.fold, self.epochs, self.metric = trial, fold, max(epochs, 1), metric
+        self.finished = list(finished)
+
+    @hookimpl
+    def on_eval_end(self, run: Any, epoch: int, split: str, metrics: dict[str, float]) -> None:
+        """Report after every trained epoch's validation evaluation."""
+        import optuna
+
+        if split != "val" or epoch < 1 or self.metric not in metrics:
+            return
+        value = float(metrics[self.metric])
+        if not math.isfinite(value):
+            return
+        running = statistics.fmean([*self.finished, value])
+        self.trial.report(running, self.fold * self.epochs + epoch)
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at fold {self.fold}, epoch {epoch} (running mean {running:.4f})")
+
+
+def run_trial(trial: Any, *, tune_dir: Path, settings: Any, values: dict[str, Any], overrides: Sequence[str],
+              epochs: int, device: str | None, runner: Any = None) -> float:
+    """Train the ``k`` folds of one trial; returns the mean validation metric.
+
+    Raises:
+        optuna.TrialPruned: The pruner stopped the trial.
+        RunError: A fold failed (the reason is recorded on the trial first); the study goes on.
+    """
+    import dmlplug
+
+    runner = runner or dmlplug.run
+    trial_dir = tune_dir / "trials" / f"trial-{trial.number:04d}"
+    sampled = [f"{wrapped_key(k)}={toml_value(v)}" for k, v in values.items()]
+    scores: list[float] = []
+    for fold in range(settings.folds):
+        out = trial_dir / f"fold-{fold}"
+        if out.exists():
+            shutil.rmtree(out)  # a trial number is never reused; only a crash of this very call leaves one
+        reporter = FoldReporter(trial, fold, epochs, settings.metric, scores)
+        result = runner(tune_dir / RECIPE, [*overrides, *sampled, f"data.dataset.fold={fold}"], out=out,
+                        device=device, quiet=True, hooks=[reporter])
+        value = result.selection_metrics.get(settings.metric)
+        if value is None or not math.isfinite(float(value)):
+            raise RunError(f"fold {fold} gave no finite {settings.metric} (got {value!r})", where=str(out))
+        scores.append(float(value))
+        trial.set_user_attr(f"fold_{fold}", float(value))
+    return statistics.fmean(scores)
+
+
+def objective(trial: Any, **kwargs: Any) -> float:
+    """:func:`run_trial` with every failure recorded as the trial's ``fail_reason`` and re-raised to Optuna."""
+    import optuna
+
+    from dmlplug_builtins.tune.space import suggest
+    from dmlplug_builtins.tune.study import REASON_ATTR, WORKER_ATTR, worker_id
+
+    trial.set_user_attr(WORKER_ATTR, worker_id())
+    values = suggest(trial, kwargs.pop("space"))
+    try:
+        return run_trial(trial, values=values, **kwargs)
+    except optuna.TrialPruned:
+        raise
+    except DmlplugError as exc:
+        trial.set_user_attr(REASON_ATTR, f"{type(exc).__name__}: {exc.what}")
+        raise
+    except Exception as exc:  # out of memory, a value the engine refuses at build time: recorded, never fatal
+        trial.set_user_attr(REASON_ATTR, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        raise
+
+
+def toml_value(value: Any) -> str:
+    """A sampled value as a ``--set`` value (strings quoted so that "1e-3"-like names stay strings)."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)

@@ -1,0 +1,73 @@
+"""Several ``dmlplug tune run --worker`` processes on one study: the embedded journal file (with a worker SIGKILLed
+mid-trial and the study resumed) and a real PostgreSQL server started here (issue #28 items 4 and 7)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from postgres import postgres_server, server_binaries
+from tiny import write_tiny
+
+from dmlplug_builtins.tune.report import load
+from dmlplug_builtins.tune.study import counted
+
+State = optuna.trial.TrialState
+
+
+def worker(space, tune_dir, trials, *extra):
+    """Start one worker process (one torch thread: two share the test machine's cores)."""
+    return subprocess.Popen([sys.executable, "-m", "dmlplug", "tune", "run", str(space), "--dir", str(tune_dir),
+                             "--trials", str(trials), "--worker", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def finish(process):
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output
+    return output
+
+
+def test_killed_worker_then_two_workers_on_the_journal(tmp_path):
+    space = write_tiny(tmp_path)
+    tune_dir = tmp_path / "t"
+    first = worker(space, tune_dir, 2)
+    started = tune_dir / "trials" / "trial-0000" / "fold-0" / "recipe.resolved.toml"
+    deadline = time.monotonic() + 600
+    while not started.exists():  # the run directory appears once the fold run has been built: mid-trial
+        assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.stdout else ""
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    outputs = [finish(p) for p in [worker(space, tune_dir, 2), worker(space, tune_dir, 2)]]
+    assert sum("trial 0: its worker died" in o for o in outputs) == 1  # recovered by exactly one worker
+    _, study = load(tune_dir, None)
+    trials = study.get_trials()
+    lost = trials[0]
+    assert lost.state == State.FAIL and lost.user_attrs["fail_reason"] == f"worker {lost.user_attrs['worker']} died"
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retries) == 1 and retries[0].state == State.COMPLETE and retries[0].params == lost.params
+    assert all(t.state == State.COMPLETE for t in trials[1:])
+    # Two counted trials (one more when both workers start their last one together), the lost one not among them.
+    assert counted(study) == len(trials) - 1 and 2 <= counted(study) <= 3
+    workers = {t.user_attrs["worker"] for t in trials[1:]}
+    assert len(workers) == 2 and lost.user_attrs["worker"] not in workers  # both new workers took trials
+    for t in trials[1:]:  # every counted trial trained each fold once, in its own run directory
+        folder = tune_dir / "trials" / f"trial-{t.number:04d}"
+        assert sorted(p.name for p in folder.iterdir()) == ["fold-0", "fold-1"]
+
+
+@pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+def test_two_workers_share_a_study_on_postgresql(tmp_path):
+    space = write_tiny(tmp_path)
+    with postgres_server() as url:
+        outputs = [finish(p) for p in [worker(space, tmp_path / "t", 2, "--storage", url),
+                                       worker(space, tmp_path / "t", 2, "--storage", url)]]
+        _, study = load(tmp_path / "t", url)
+        trials = study.get_trials()
+        assert 2 <= len(trials) <= 3 and all(t.state == State.COMPLETE for t in trials)
+        assert len({t.user_attrs["worker"] for t in trials}) == 2, outputs
+        assert not (tmp_path / "t" / "journal.log").exists()  # the database holds the study, not the directory
