@@ -78,7 +78,7 @@ def _zhong_dense(q: np.ndarray, g: np.ndarray, k1: int, k2: int, lam: float) -> 
     """Zhong et al.'s algorithm, written loop by loop from the paper, on the set {q} ∪ whole gallery."""
     x = np.concatenate([q[None], g]).astype(np.float64)
     n = len(x)
-    d = np.array([[float(((x[i] - x[j]) ** 2).sum()) for j in range(n)] for i in range(n)])
+    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)  # squared Euclidean, from the differences
     d = d / d.max(axis=1, keepdims=True)
     rank = np.argsort(d, axis=1, kind="stable")
 
