@@ -68,19 +68,14 @@ def parse_rerank(value: Any, where: str = "rerank") -> RerankSpec:
                 raise RecipeError(f"{value!r}: {item!r} is not key=value", where=where,
                                   fix=f"write the method as {EXAMPLE_CLI}")
             raw[key.strip()] = text.strip()
-        label = str(raw.pop("label", name.strip()))
-        return _checked(name.strip(), raw, label, where, from_text=True)
+        return _checked(name.strip(), raw, raw.pop("label", name.strip()), where, from_text=True)
     if isinstance(value, dict):
         table = dict(value)
         name = table.pop("name", None)
         if not isinstance(name, str):
             raise RecipeError(f"a re-ranking table needs a name, got {value!r}", where=where,
                               fix=f"write it as {EXAMPLE_TOML}")
-        label = table.pop("label", name)
-        if not isinstance(label, str) or not label or any(c in label for c in " +@/"):
-            raise RecipeError(f"label {label!r} must be a non-empty word (no spaces, '+', '@' or '/')", where=where,
-                              fix='e.g. label = "aqe3"')
-        return _checked(name, table, label, where, from_text=False)
+        return _checked(name, table, table.pop("label", name), where, from_text=False)
     raise RecipeError(f"a re-ranking method is a name or a table, got {value!r}", where=where,
                       fix=f"write it as {EXAMPLE_TOML}")
 
@@ -102,7 +97,10 @@ def parse_rerank_list(value: Any, where: str = "rerank") -> list[RerankSpec]:
     return specs
 
 
-def _checked(name: str, raw: dict[str, Any], label: str, where: str, *, from_text: bool) -> RerankSpec:
+def _checked(name: str, raw: dict[str, Any], label: Any, where: str, *, from_text: bool) -> RerankSpec:
+    if not isinstance(label, str) or not label or any(c in label for c in " +@/,:="):
+        raise RecipeError(f"label {label!r} must be a non-empty word (none of ' +@/,:=')", where=where,
+                          fix='e.g. label = "aqe3"')
     if name not in METHODS:
         raise RecipeError(f"unknown re-ranking method {name!r}{did_you_mean(name, METHODS)}", where=where,
                           fix=f"use one of: {SUMMARY}")

@@ -137,6 +137,7 @@ def test_specs_from_text_and_tables_are_the_same():
     assert parse_rerank("krnn").params == {"k1": 20, "k2": 6, "lambda": 0.3, "shortlist": 100}
     assert [s.label for s in parse_rerank_list([{"name": "aqe"}, {"name": "aqe", "n": 9, "label": "aqe9"}])] == \
         ["aqe", "aqe9"]
+    assert parse_rerank("dba:n=2,label=dba2") == parse_rerank({"name": "dba", "n": 2, "label": "dba2"})
 
 
 @pytest.mark.parametrize(("spec", "message"), [
@@ -149,6 +150,8 @@ def test_specs_from_text_and_tables_are_the_same():
     ({"name": "dba", "n": 2.5}, "n must be an integer"),
     ({"n": 2}, "needs a name"),
     (["aqe", "aqe"], "labelled 'aqe'"),
+    ({"name": "aqe", "label": "a+b"}, "must be a non-empty word"),
+    ("aqe:label=", "must be a non-empty word"),
 ])
 def test_bad_specs_are_clear_errors(spec, message):
     with pytest.raises(RecipeError, match=message):
