@@ -123,7 +123,7 @@ def k_reciprocal(queries: Any, gallery: Any, shortlist: np.ndarray, *, k1: int =
         k1: Size of the k-reciprocal neighbourhoods.
         k2: Neighbours of the local query expansion (1: none).
         lam: Weight λ of the original distance.
-        budget_bytes: Working memory: the queries of one batch hold a few ``(K+1)×(K+1)×k2`` arrays.
+        budget_bytes: Working memory: the queries of one batch hold a few ``(K+1)×(K+1)`` float64 arrays each.
 
     Returns:
         ``Q×K`` gallery rows in the re-ranked order (``-1`` where the shortlist had none).
@@ -138,7 +138,7 @@ def k_reciprocal(queries: Any, gallery: Any, shortlist: np.ndarray, *, k1: int =
             continue  # nothing to reorder
         rows = np.flatnonzero(counts == count)
         size = int(count) + 1
-        batch = max(1, budget_bytes // (8 * size * size * (k2 + 8)))
+        batch = max(1, budget_bytes // (8 * size * (12 * size + g.shape[1])))  # S×D points, ~12 S×S arrays
         for start in range(0, len(rows), batch):
             r = rows[start:start + batch]
             cand = _valid(shortlist[r], int(count))
