@@ -18,6 +18,7 @@ Usage::
     python benchmarks/rerank_quality.py                      # both sets, a fresh 2-epoch quickstart run
     python benchmarks/rerank_quality.py --run runs/quickstart/2026-...   # glyphs from a trained run
     python benchmarks/rerank_quality.py --sets cub --repeats 1
+    python benchmarks/rerank_quality.py --quick              # smoke run: a 1,500-item CUB-like set, one round
 """
 
 from __future__ import annotations
@@ -114,7 +115,13 @@ def main() -> None:
     parser.add_argument("--run", help="A trained quickstart run directory for the glyph set.")
     parser.add_argument("--epochs", type=int, default=2, help="Epochs of the fresh quickstart run (no --run).")
     parser.add_argument("--repeats", type=int, default=3, help="Alternating rounds; medians are printed.")
+    parser.add_argument("--quick", action="store_true", help="Smoke run: 1,500 items of the cub set, one round.")
     args = parser.parse_args()
+    if args.quick:
+        n, dim, lo, hi, _, noise = SETS["cub"]
+        x, y = make_set(1500, dim, lo, hi, noise)
+        report("CUB-like synthetic set (quick)", x, measure(x, y, 1))
+        return
     if "glyphs" in args.sets:
         x, y, source = glyph_embeddings(args.run, args.epochs)
         report(f"glyph test split (embeddings of {source})", x, measure(x, y, args.repeats))
