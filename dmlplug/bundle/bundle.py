@@ -181,7 +181,7 @@ class Bundle(Embedder):
         return ExactIndex.build(self.embed(images), names, self.built_by())
 
     def search(self, queries: Sequence[Any], index: Any, *, k: int = 10, threshold: float | None = None,
-               names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+               names: Sequence[str] | None = None, rerank: Any = None) -> list[dict[str, Any]]:
         """The ``k`` most similar indexed images for each query, accepted at the calibrated threshold.
 
         Args:
@@ -190,6 +190,8 @@ class Bundle(Embedder):
             k: Matches per query.
             threshold: Cosine-similarity threshold; defaults to :attr:`threshold`.
             names: How queries are named in the result (defaults to their paths).
+            rerank: A re-ranking method, ``"aqe"``, ``"dba:n=5"``, ``"krnn:k1=20"`` or ``{"name": ..., ...}``
+                (docs/reranking.md): it reorders the matches; similarities stay query·match cosines.
 
         Returns:
             ``[{"query": name, "matches": [{"path", "similarity", "accepted"}, ...]}, ...]``, most similar
@@ -197,10 +199,14 @@ class Bundle(Embedder):
 
         Raises:
             BundleError: The index is damaged, was built by another model (and checkpoint), or holds vectors of
-                another size; a query cannot be read.
+                another size; a query cannot be read; ``rerank`` needs float32 vectors the index does not keep.
+            RecipeError: ``rerank`` is not a known method with valid parameters.
         """
         from dmlplug.bundle.index import load_index
         from dmlplug.bundle.index_files import check_built_by
+        from dmlplug.evaluation.rerank_spec import parse_rerank
+
+        spec = None if rerank is None else parse_rerank(rerank, where="--rerank")
 
         if isinstance(index, str | Path):
             index = load_index(index)
@@ -209,7 +215,13 @@ class Bundle(Embedder):
             raise BundleError(f"the index holds {index.dim}-d embeddings, the bundle makes {self.embedding_size}-d",
                               fix="build the index with this bundle: dmlplug index BUNDLE IMAGES --out INDEX")
         limit = threshold if threshold is not None else self.threshold
-        similarities, rows = index.search(self.embed(queries), k)
+        if spec is None:
+            similarities, rows = index.search(self.embed(queries), k)
+        else:
+            from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
+
+            gallery_vectors(index, spec)  # an index that cannot re-rank is refused before any query is embedded
+            similarities, rows = reranked_search(index, self.embed(queries), k, spec)
         results = []
         for i, query in enumerate(queries):
             # float(s) >= limit compares in float64: numpy would compare a float32 score with a Python float in

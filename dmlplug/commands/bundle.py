@@ -205,6 +205,10 @@ def cmd_search(
                                                     "instead of the bundle's calibrated threshold.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the matches as JSON.")] = False,
     device: Device = "cpu",
+    rerank: Annotated[str | None, typer.Option(
+        "--rerank", metavar="METHOD", help="Re-rank the matches: aqe, dba or krnn, with parameters as "
+        "name:k=v,... (e.g. aqe:n=5,alpha=3, krnn:k1=20,k2=6,lambda=0.3,shortlist=100); docs/reranking.md.",
+        show_default=False)] = None,
 ) -> None:
     """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
     from dmlplug.bundle.bundle import load_bundle
@@ -212,7 +216,7 @@ def cmd_search(
 
     bundle = load_bundle(bundle_dir, device=device)
     index = load_index(index_dir)  # checked against the bundle's model by bundle.search, before any query is read
-    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold)
+    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold, rerank=rerank)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
         return

@@ -36,8 +36,11 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
 
     The embeddings stay on ``device``: on a GPU the kNN search runs there (``[evaluation] backend``).
 
+    With ``[evaluation] rerank`` the kNN metrics are computed again after each re-ranking method and added as
+    ``<metric>+<label>`` (:func:`dmlplug.evaluation.rerank_eval.rerank_metrics`).
+
     Returns:
-        The merged metrics and the :class:`~dmlplug.evaluation.EvalContext` they were computed on.
+        The merged metrics and the :class:`~dmlplug.evaluation.EvalContext` the plain ones were computed on.
 
     Raises:
         DataError: A kNN evaluator is selected and no query of the split has another item of its class in
@@ -58,7 +61,13 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
     evaluators = [ev for _, ev in c.evaluators]
     check_valid_queries(evaluators, eval_context,
                         where=f"the {split} split of [data.dataset] {data.dataset.get('name')!r}")
-    return run_evaluators(evaluators, eval_context), eval_context
+    metrics = run_evaluators(evaluators, eval_context)
+    if recipe.evaluation.rerank:  # the kNN metrics again after each re-ranking method, as <metric>+<label>
+        from dmlplug.evaluation.rerank_eval import rerank_metrics
+        from dmlplug.evaluation.rerank_spec import parse_rerank_list
+
+        metrics.update(rerank_metrics(evaluators, eval_context, parse_rerank_list(recipe.evaluation.rerank)))
+    return metrics, eval_context
 
 
 def evaluate_safely(evaluate: Callable[[str], dict[str, float]], split: str, *, model: Any, recipe: Any,

@@ -46,7 +46,7 @@ def build_evaluators(specs: list[Any] | None = None, host: Any = None) -> list[A
 
 
 def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, *,
-             artifacts_dir: str | Path | None = None, **options: Any) -> dict[str, float]:
+             artifacts_dir: str | Path | None = None, rerank: Any = None, **options: Any) -> dict[str, float]:
     """Evaluate embeddings with registered evaluators; one flat ``{metric: value}`` dict.
 
     Args:
@@ -54,17 +54,27 @@ def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, 
         labels: ``N`` integer labels.
         evaluators: Names or ``{"name": ..., **params}`` dicts (default: :data:`DEFAULT_EVALUATORS`).
         artifacts_dir: When given, evaluators write their artifacts (curves, per-class tables) there.
+        rerank: Re-ranking methods (``"aqe"``, ``"krnn:k1=20"``, ``{"name": "dba", "n": 5}`` or a list), as
+            ``[evaluation] rerank``: the kNN metrics are added again as ``<metric>+<label>`` (docs/reranking.md).
         **options: :class:`EvalContext` options: ``query_mask``, ``gallery_mask``, ``backend``,
             ``memory_budget_mb``, ``seed``.
 
     Raises:
         DataError: The input is invalid, or a kNN evaluator is selected and no query has another item of
             its class in the gallery (see :func:`check_valid_queries`).
+        RecipeError: A re-ranking method is unknown or has bad parameters.
     """
+    from dmlplug.evaluation.rerank_spec import parse_rerank_list
+
+    specs = parse_rerank_list(rerank) if rerank else []  # a bad method fails before any work
     built = build_evaluators(evaluators)
     eval_context = EvalContext(embeddings, labels, **options)
     check_valid_queries(built, eval_context, where="evaluation input")
     metrics = run_evaluators(built, eval_context)
+    if specs:
+        from dmlplug.evaluation.rerank_eval import rerank_metrics
+
+        metrics.update(rerank_metrics(built, eval_context, specs))
     if artifacts_dir is not None:
         write_all_artifacts(built, eval_context, Path(artifacts_dir))
     return metrics

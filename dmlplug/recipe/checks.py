@@ -43,11 +43,16 @@ def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
 
 
 def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str]:
-    """Every metric name the recipe's evaluators declare, in order."""
+    """Every metric name the recipe's evaluators declare, in order, then their ``+<label>`` re-ranked variants."""
     names: list[str] = []
     for spec in recipe.list_components("evaluators"):
         names.extend(name for name in spec.params.metric_names() if name not in names)
-    return names
+    # [evaluation] rerank reports the kNN metrics again as <metric>+<label> (dmlplug.evaluation.rerank_eval).
+    from dmlplug.evaluation.rerank_spec import parse_rerank_list
+
+    labels = [spec.label for spec in parse_rerank_list(recipe.recipe.evaluation.rerank)] \
+        if recipe.recipe.evaluation.rerank else []
+    return names + [f"{name}+{label}" for label in labels for name in names]
 
 
 def check_selection_metric(recipe: ValidatedRecipe, where: str) -> None:

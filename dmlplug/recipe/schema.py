@@ -169,6 +169,10 @@ class EvaluationSection(Params):
                                              "datasets only.")
     pictures_queries: int = Field(16, ge=1, le=64, description="Queries (rows) in each retrieval picture.")
     pictures_k: int = Field(5, ge=1, le=20, description="Neighbours shown per query in the retrieval pictures.")
+    rerank: list[Any] = Field(
+        default_factory=list, description="Re-ranking methods whose kNN metrics are reported besides the plain "
+        "ones, as <metric>+<label> (e.g. recall@1+aqe): tables {name = \"aqe\"|\"dba\"|\"krnn\", parameters..., "
+        "label = ...} or \"name:k=v,...\" strings; one table alone is accepted too. See docs/reranking.md.")
 
     @model_validator(mode="before")
     @classmethod
@@ -180,6 +184,19 @@ class EvaluationSection(Params):
             data = {**data, "select_on": data["split"]}
             del data["split"]
         return data
+
+    @field_validator("rerank", mode="before")
+    @classmethod
+    def _rerank_methods(cls, value: Any) -> Any:
+        from dmlplug.errors import RecipeError
+        from dmlplug.evaluation.rerank_spec import parse_rerank_list
+
+        items = value if isinstance(value, list) else [value]
+        try:
+            parse_rerank_list(items)
+        except RecipeError as exc:  # pydantic reports a ValueError under the key's path
+            raise ValueError(f"{exc.where}: {exc.what} (fix: {exc.fix})") from None
+        return items
 
     @model_validator(mode="after")
     def _report_is_not_selected_on_test(self) -> EvaluationSection:

@@ -1,0 +1,91 @@
+"""``dmlplug search --rerank``: αQE, DBA or k-reciprocal re-ranking of an index's results.
+
+The methods (docs/reranking.md, :mod:`dmlplug.evaluation.reranking`) need the gallery's float32 vectors: the
+neighbours' vectors for αQE, the whole gallery for DBA, the candidates' pairwise distances for k-reciprocal.
+An exact float32 index holds them; IVF-flat and HNSW-flat indexes store them uncompressed too and give them
+back through faiss. An index of compressed codes does not, and is refused with a message naming the indexes
+that re-rank.
+
+Re-ranking changes which items come first; the similarity reported with each match (and the accept/reject
+verdict at the calibrated threshold) stays the cosine similarity of the query and that item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dmlplug.bundle.errors import BundleError
+from dmlplug.evaluation.rerank_spec import RerankSpec
+
+#: The indexes that keep float32 vectors, for messages.
+RERANKABLE = "exact indexes with float32 vectors (the default codec) and --approximate ivf / hnsw"
+
+
+def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
+    """The ``G×D`` float32 vectors of ``index`` in row order.
+
+    Raises:
+        BundleError: The index keeps no float32 vectors (a compressed codec).
+    """
+    info = getattr(index, "info", None) or {}
+    codec = info.get("codec", "float32")
+    vectors = getattr(index, "embeddings", None)
+    if codec == "float32" and isinstance(vectors, np.ndarray):
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+    faiss_index = getattr(index, "index", None)
+    if codec == "float32" and faiss_index is not None and getattr(index, "kind", None) in ("ivf", "hnsw"):
+        import faiss
+
+        if index.kind == "ivf":
+            faiss.extract_index_ivf(faiss_index).make_direct_map()  # rows → lists, for reconstruct (memory only)
+        return np.ascontiguousarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
+    where = str(getattr(index, "folder", None) or "the index")
+    raise BundleError(
+        f"--rerank {spec.name} needs the gallery's float32 vectors, and this index ({getattr(index, 'kind', '?')}, "
+        f"codec {codec}) keeps only compressed codes", where=where,
+        fix=f"search without --rerank, or rebuild the index as one that re-ranks: {RERANKABLE}")
+
+
+def reranked_search(index: Any, queries: np.ndarray, k: int, spec: RerankSpec,
+                    budget_bytes: int = 256 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """``(similarities Q×k, rows Q×k)`` of ``index`` after re-ranking with ``spec``; ``-1`` rows mark no match.
+
+    αQE and k-reciprocal start from the index's own search (approximate for an IVF/HNSW index); DBA searches
+    the augmented gallery exactly. Similarities are the cosine of the query and each returned item.
+
+    Raises:
+        BundleError: The index keeps no float32 vectors.
+    """
+    from dmlplug.evaluation.knn import exact_knn, resolve_backend
+    from dmlplug.evaluation.reranking import augment_gallery, expand_queries, k_reciprocal, normalise
+
+    gallery = gallery_vectors(index, spec)
+    q = normalise(queries)
+    k = min(k, len(gallery))
+    p = spec.params
+    if spec.name == "aqe":
+        _, neighbours = index.search(q, int(p["n"]))
+        _, rows = index.search(expand_queries(q, gallery, neighbours, alpha=float(p["alpha"]),
+                                              budget_bytes=budget_bytes), k)
+    elif spec.name == "dba":
+        backend = resolve_backend("auto", False)
+        augmented = augment_gallery(gallery, n=int(p["n"]), alpha=float(p["alpha"]), backend=backend,
+                                    budget_bytes=budget_bytes)
+        rows, _ = exact_knn(q, augmented, k, self_pos=np.full(len(q), -1, dtype=np.int64), backend=backend,
+                            budget_bytes=budget_bytes)
+    else:
+        _, shortlist = index.search(q, max(k, int(p["shortlist"])))
+        rows = k_reciprocal(q, gallery, _missing_last(shortlist), k1=int(p["k1"]), k2=int(p["k2"]),
+                            lam=float(p["lambda"]), budget_bytes=budget_bytes)[:, :k]
+    rows = np.asarray(rows, dtype=np.int64)
+    sims = np.einsum("qd,qkd->qk", q, gallery[np.maximum(rows, 0)])
+    return np.where(rows >= 0, sims, -np.inf).astype(np.float32), rows
+
+
+def _missing_last(rows: np.ndarray) -> np.ndarray:
+    """Each row's ``-1`` entries (slots an approximate index could not fill) moved to its end, order kept."""
+    rows = np.asarray(rows, dtype=np.int64)
+    order = np.argsort(rows < 0, axis=1, kind="stable")
+    return np.take_along_axis(rows, order, axis=1)

@@ -1,0 +1,86 @@
+"""`dmlplug search --rerank`: each method over an index equals the dense oracle; indexes without float32
+vectors are refused; the command line and the Python API give the same matches."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dmlplug
+from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.index import ApproximateIndex, ExactIndex
+from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
+from dmlplug.evaluation.rerank_spec import parse_rerank
+from tests.evaluation.test_reranking import _clustered, _dense_rank, _zhong_dense
+
+faiss = pytest.importorskip("faiss")
+
+
+def _weighted(c: np.ndarray, g: np.ndarray, rows: np.ndarray, alpha: float) -> np.ndarray:
+    v = c.astype(np.float64) + sum(max(float(c @ g[j]), 0.0) ** alpha * g[j].astype(np.float64) for j in rows)
+    return v / np.linalg.norm(v)
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    return _clustered(120, 16, 8, seed=31), _clustered(9, 16, 8, seed=32)
+
+
+def test_each_method_over_an_exact_index_equals_the_dense_oracle(vectors):
+    g, q = vectors
+    index = ExactIndex(g, [f"g{i}" for i in range(len(g))])
+    k = 10
+    plain = _dense_rank(q, g)
+    aqe = np.stack([_weighted(q[i], g, plain[i, :3], 3.0) for i in range(len(q))])
+    top = np.argsort(-(g @ g.T - 2 * np.eye(len(g))), axis=1, kind="stable")[:, :4]  # each item's 4 others
+    dba = np.stack([_weighted(g[i], g, top[i], 3.0) for i in range(len(g))])
+    expected = {
+        "aqe:n=3": _dense_rank(aqe.astype(np.float32), g)[:, :k],
+        "dba:n=4": _dense_rank(q, dba.astype(np.float32))[:, :k],
+        "krnn:shortlist=200": np.stack([plain[i][_zhong_dense(q[i], g[plain[i]], 20, 6, 0.3)] for i in range(len(q))])
+        [:, :k],
+    }
+    for text, rows_expected in expected.items():
+        sims, rows = reranked_search(index, q, k, parse_rerank(text))
+        np.testing.assert_array_equal(rows, rows_expected, err_msg=text)
+        np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", q, g[rows]), atol=1e-6)
+        assert not np.array_equal(rows, plain[:, :k]), text  # re-ranking changed something: the test can fail
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_flat_approximate_indexes_give_back_their_vectors(vectors, kind):
+    g, q = vectors
+    index = ApproximateIndex.build(g, [str(i) for i in range(len(g))], kind)
+    rows = np.array([int(p) for p in index.paths])  # the held-out rows come last
+    np.testing.assert_array_equal(gallery_vectors(index, parse_rerank("dba")), g[rows])
+    _, found = reranked_search(index, q, 5, parse_rerank("krnn:k1=5,shortlist=30"))
+    assert found.shape == (len(q), 5) and (found >= 0).all()
+
+
+def test_an_index_of_compressed_codes_is_refused_with_the_indexes_that_rerank(vectors):
+    g, _ = vectors
+    sq8 = faiss.index_factory(g.shape[1], "SQ8", faiss.METRIC_INNER_PRODUCT)
+    sq8.train(g)
+    sq8.add(g)
+    index = ApproximateIndex(sq8, "sq8", [str(i) for i in range(len(g))], {"codec": "int8"})
+    with pytest.raises(BundleError, match="keeps only compressed codes") as info:
+        gallery_vectors(index, parse_rerank("dba"))
+    assert "float32" in str(info.value) and "--approximate ivf / hnsw" in str(info.value)
+
+
+def test_search_rerank_on_the_command_line(onnx_bundle, image_folder, cli, tmp_path):
+    paths = sorted(str(p) for p in image_folder.rglob("*.png"))
+    code, _, err = cli("index", onnx_bundle, image_folder, "--out", tmp_path / "index", "-q")
+    assert code == 0, err
+    code, out, err = cli("search", onnx_bundle, tmp_path / "index", paths[2], paths[7], "--k", "6", "--json",
+                         "--rerank", "krnn:k1=4,k2=2,shortlist=24")
+    assert code == 0, err
+    results = json.loads(out)
+    bundle = dmlplug.load_bundle(onnx_bundle)
+    assert results == bundle.search([paths[2], paths[7]], tmp_path / "index", k=6,
+                                    rerank={"name": "krnn", "k1": 4, "k2": 2, "shortlist": 24})
+    assert [len(r["matches"]) for r in results] == [6, 6]
+    code, out, err = cli("search", onnx_bundle, tmp_path / "index", paths[2], "--rerank", "aqe:alpha=-1")
+    assert code == 2 and "aqe alpha must be >= 0.0" in err and "--rerank" in err and "Traceback" not in err
