@@ -88,6 +88,16 @@ class Params(BaseModel):
         """
         return ()
 
+    def reads_neighbours(self) -> bool:
+        """Evaluators: whether :meth:`evaluate` reads the kNN neighbour list (the built evaluator has ``required_k``).
+
+        ``[evaluation] rerank`` reports the metrics of exactly these evaluators again over the re-ranked list, as
+        ``<metric>+<label>``; ``dmlplug validate`` accepts such a name as ``[evaluation] metric`` only for them.
+        The default ``False`` declares an evaluator whose metrics do not depend on a neighbour list (clustering,
+        pairs); ``dmlplug.testing.check_evaluator`` fails when the built evaluator says otherwise.
+        """
+        return False
+
     def has_validation_split(self) -> bool | None:
         """Datasets: whether the built dataset will have a ``val`` split, judged from the parameters alone.
 

@@ -45,14 +45,19 @@ def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
 def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str]:
     """Every metric name the recipe's evaluators declare, in order, then their ``+<label>`` re-ranked variants."""
     names: list[str] = []
+    neighbour_names: list[str] = []
     for spec in recipe.list_components("evaluators"):
-        names.extend(name for name in spec.params.metric_names() if name not in names)
-    # [evaluation] rerank reports the kNN metrics again as <metric>+<label> (dmlplug.evaluation.rerank_eval).
+        declared = [name for name in spec.params.metric_names() if name not in names]
+        names.extend(declared)
+        if spec.params.reads_neighbours():
+            neighbour_names.extend(declared)
+    # [evaluation] rerank reports the kNN metrics (only those: Params.reads_neighbours) again as <metric>+<label>
+    # (dmlplug.evaluation.rerank_eval).
     from dmlplug.evaluation.rerank_spec import parse_rerank_list
 
     labels = [spec.label for spec in parse_rerank_list(recipe.recipe.evaluation.rerank)] \
         if recipe.recipe.evaluation.rerank else []
-    return names + [f"{name}+{label}" for label in labels for name in names]
+    return names + [f"{name}+{label}" for label in labels for name in neighbour_names]
 
 
 def check_selection_metric(recipe: ValidatedRecipe, where: str) -> None:

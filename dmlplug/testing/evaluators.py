@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from dmlplug.plugins import PluginHost
+from dmlplug.protocols import HasRequiredK
 from dmlplug.testing.fixtures import (
     EMBEDDING_SIZE,
     NUM_CLASSES,
@@ -62,7 +63,12 @@ def check_evaluator(name: str, *, host: PluginHost | None = None, params: dict[s
                 host.unregister_run_plugin(plugin_name)
     metrics = results[0]
     expect(isinstance(metrics, dict), f"evaluator {name!r}: evaluate must return a dict")
-    declared = list(Declared(host, "evaluators", name, params).params.metric_names())
+    declared_params = Declared(host, "evaluators", name, params).params
+    reads = isinstance(evaluator, HasRequiredK)
+    expect(reads == declared_params.reads_neighbours(),
+           f"evaluator {name!r}: {'has' if reads else 'has no'} required_k (reads the kNN list), but "
+           f"Params.reads_neighbours() returns {declared_params.reads_neighbours()}")
+    declared = list(declared_params.metric_names())
     expect(returned == declared, f"evaluator {name!r}: returns {returned}, but Params.metric_names() declares "
                                  f"{declared}")
     for key, value in metrics.items():

@@ -52,6 +52,10 @@ class RecallParams(Params):
         """``recall@<k>`` for every k."""
         return tuple(f"recall@{k}" for k in self.k)
 
+    def reads_neighbours(self) -> bool:
+        """A retrieval metric: computed from the kNN list (re-ranked by ``[evaluation] rerank``)."""
+        return True
+
 
 class AveragedParams(Params):
     """Parameters of ``map_at_r`` and ``r_precision``."""
@@ -59,6 +63,10 @@ class AveragedParams(Params):
     average: Literal["queries", "classes"] = Field(
         "queries", description="Average over queries, or per class first (PML avg_of_avgs).")
     per_class: bool = Field(False, description="Write a per-class CSV to the run directory.")
+
+    def reads_neighbours(self) -> bool:
+        """A retrieval metric: computed from the kNN list (re-ranked by ``[evaluation] rerank``)."""
+        return True
 
 
 class MapAtRParams(OneMetric, AveragedParams):

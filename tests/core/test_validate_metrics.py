@@ -80,6 +80,24 @@ def test_the_kit_catches_a_wrong_declaration():
         del host.registry._tables["evaluators"]["recall_wrong"]
 
 
+def test_the_kit_catches_an_undeclared_neighbour_reader():
+    from dmlplug.testing import ContractError, load_host
+
+    host = load_host()
+    info = host.registry.get("evaluators", "map_at_r")
+
+    class Silent(info.params):  # reads the kNN list (required_k) but says it does not: rerank would be refused
+        def reads_neighbours(self) -> bool:
+            return False
+
+    host.registry._tables["evaluators"]["map_silent"] = dataclasses.replace(info, name="map_silent", params=Silent)
+    try:
+        with pytest.raises(ContractError, match=r"has required_k .* but Params.reads_neighbours\(\) returns False"):
+            check_evaluator("map_silent", host=host)
+    finally:
+        del host.registry._tables["evaluators"]["map_silent"]
+
+
 def test_fewshot_declares_no_per_epoch_metric():
     info = get_host().registry.get("evaluators", "fewshot")
     assert info.validate({}, where="fewshot").metric_names() == ()

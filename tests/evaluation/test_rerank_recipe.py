@@ -32,6 +32,16 @@ def test_a_reranked_metric_can_select_best():
         dmlplug.validate(_recipe(rerank=[{"name": "dba"}], metric="map@r+aqe"))  # no method labelled aqe
 
 
+def test_only_neighbour_metrics_have_reranked_names():
+    # nmi is a clustering metric: re-ranking does not repeat it, so validate (not the first evaluation) refuses it.
+    recipe = _recipe(rerank=[{"name": "aqe"}], metric="nmi+aqe")
+    recipe["evaluators"].append({"name": "nmi"})
+    with pytest.raises(DmlplugError, match="'nmi\\+aqe' is not produced"):
+        dmlplug.validate(recipe)
+    recipe["evaluation"]["metric"] = "recall@2+aqe"
+    dmlplug.validate(recipe)
+
+
 @pytest.mark.parametrize(("rerank", "message"), [
     ([{"name": "aqee"}], "unknown re-ranking method 'aqee'.*did you mean 'aqe'"),
     (["krnn:k1=0"], "krnn k1 must be >= 1"),
