@@ -231,3 +231,29 @@ def test_edits_refuse_what_they_cannot_do(tmp_path):
     with pytest.raises(BundleError, match="an index of 32-d vectors"):
         add_items(index, np.zeros((2, 16), np.float32), ["a", "b"])
     assert index.size == 500
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_an_index_written_before_the_codecs_still_loads(kind, tmp_path):
+    """index.json without `codec`, an unlabelled faiss index (rows were labels): read with its kind's codec."""
+    vectors, paths = GALLERY[:500], PATHS[:500]
+    if kind == "ivf":
+        old = faiss.IndexIVFFlat(faiss.IndexFlatIP(32), 32, 8, faiss.METRIC_INNER_PRODUCT)
+        old.train(vectors)
+        params = {"nlist": 8, "nprobe": 8}
+    else:
+        old = faiss.IndexHNSWFlat(32, 32, faiss.METRIC_INNER_PRODUCT)
+        params = {"M": 32, "efSearch": 77}
+    old.add(vectors)
+    folder = tmp_path / "old"
+    folder.mkdir()
+    faiss.write_index(old, str(folder / "index.faiss"))
+    (folder / "paths.json").write_text(json.dumps(paths))
+    (folder / "index.json").write_text(json.dumps({"kind": kind, "storage": "faiss", "size": 500, "dim": 32,
+                                                   **params}))
+    loaded = load_index(folder)
+    assert loaded.codec == kind
+    if kind == "hnsw":
+        assert loaded.index.hnsw.efSearch == 77
+    found = loaded.search(QUERIES, 5)[1]
+    assert (found == _truth(GALLERY, QUERIES, 5, np.arange(500))).mean() > 0.95  # all lists probed / a good graph
