@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,3 +56,28 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def replace_folder(folder: Path, write: Callable[[Path], None]) -> None:
+    """Replace the existing ``folder`` by a new one that ``write`` fills, swapping it in by two renames.
+
+    The new folder is written beside the old one; an error while writing removes it and leaves the old folder
+    as it was. Then the old folder is renamed aside, the new one renamed into place and the old one removed:
+    a reader sees the old folder or the new one (or, between the two renames, none), never a mix.
+
+    Args:
+        folder: The folder to replace.
+        write: Fills the new (empty) folder it is given.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".new", dir=folder.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o777 & ~_umask())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+    os.rmdir(old)  # a fresh name only: rename needs it absent
+    os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)

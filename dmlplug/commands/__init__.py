@@ -5,7 +5,8 @@ the same way), so built-in, third-party and core commands are all added by one m
 ``cmd_<name>`` functions with ``Annotated`` parameters, added with ``app.command("name")(cmd_name)``.
 
 * :mod:`dmlplug.commands.core`: run, validate, plugins, list, report, doctor and ``plugin new``.
-* :mod:`dmlplug.commands.bundle`: export, calibrate, embed, index and search (deployment, ``dmlplug/bundle/``).
+* :mod:`dmlplug.commands.bundle`: export, calibrate, embed and search (deployment, ``dmlplug/bundle/``).
+* :mod:`dmlplug.commands.index`: index, index-add and index-remove (``dmlplug/bundle/index*.py``).
 
 Only typer is imported at module level: torch comes with the command that runs, so ``dmlplug --help``
 stays fast. Being part of the host, these modules may use the host's private modules; plugins may not.
@@ -37,7 +38,7 @@ def register_commands(app: typer.Typer) -> None:
     Args:
         app: The root ``typer.Typer`` application of the ``dmlplug`` command line.
     """
-    from dmlplug.commands import bundle, core
+    from dmlplug.commands import bundle, core, index
 
     app.command("run")(core.cmd_run)
     app.command("validate")(core.cmd_validate)
@@ -51,5 +52,7 @@ def register_commands(app: typer.Typer) -> None:
     app.command("export")(bundle.cmd_export)
     app.command("calibrate")(bundle.cmd_calibrate)
     app.command("embed")(bundle.cmd_embed)
-    app.command("index")(bundle.cmd_index)
+    app.command("index")(index.cmd_index)
+    app.command("index-add")(index.cmd_index_add)
+    app.command("index-remove")(index.cmd_index_remove)
     app.command("search")(bundle.cmd_search)

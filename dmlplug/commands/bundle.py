@@ -1,4 +1,4 @@
-"""The deployment commands of the ``dmlplug`` command line: export, calibrate, embed, index, search.
+"""The deployment commands of the ``dmlplug`` command line: export, calibrate, embed, search.
 
 :func:`dmlplug.commands.register_commands` adds them to the app; the work happens in ``dmlplug/bundle/``. Only
 typer is imported here: torch comes with the command that runs, so ``dmlplug --help`` stays fast.
@@ -161,40 +161,6 @@ def cmd_embed(
     typer.echo(f"{len(paths)} embeddings ({embeddings.shape[1]}-d) written to {out}")
 
 
-def cmd_index(
-    bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
-    images_dir: Annotated[Path, typer.Argument(help="Gallery folder (searched recursively).", show_default=False)],
-    out: Annotated[Path, typer.Option("--out", help="The index folder to create (new or empty).",
-                                      show_default=False)],
-    approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: an approximate faiss "
-                                                    "index; its recall@k against exact search, on gallery "
-                                                    "images held out of it, is reported.")]
-    = None,
-    k: Annotated[int, typer.Option("--k", min=1, help="k of the reported recall@k.")] = 10,
-    batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
-) -> None:
-    """Index a gallery folder: exact inner-product search (faiss, or a torch file), or --approximate."""
-    from dmlplug.bundle.atomic import atomic_folder
-    from dmlplug.bundle.bundle import load_bundle
-    from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index import APPROXIMATE, build_index
-    from dmlplug.bundle.index_files import save_index
-
-    if approximate is not None and approximate not in APPROXIMATE:
-        raise BundleError(f"unknown approximate index {approximate!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
-    bundle = load_bundle(bundle_dir, device=device)
-    embeddings, paths = _embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
-    index = build_index(embeddings, paths, approximate=approximate, k=k)
-    with atomic_folder(out, "index") as folder:
-        save_index(index, folder, bundle.built_by())
-    held_out = index.info.get("recall_queries")
-    recall = "".join(f"; {key} against exact search: {value:.4f} ({held_out} gallery images held out as queries)"
-                     for key, value in index.info.items() if key.startswith("recall@"))
-    if held_out == 0:
-        recall = "; recall not measured (too few images to hold some out as queries)"
-    typer.echo(f"{index.kind} index of {len(paths)} images written to {out}{recall}")
-
-
 def cmd_search(
     bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
     index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
@@ -229,4 +195,3 @@ def cmd_search(
             verdict = {True: "accept", False: "reject", None: "-"}[match["accepted"]]
             lines.append(f"  {rank:>3}  {match['similarity']:.4f}  {verdict:<6}  {match['path']}")
     typer.echo("\n".join(lines))
-

@@ -174,7 +174,7 @@ def _truncate(path):
     (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()), "dim": 16})),
      "holds a IndexFlatIP of 24 8-d vectors, but index.json records a exact index of 24 16-d vectors"),
     (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()), "files": {},
-                                                          "kind": "hnsw"})), "holds a IndexFlatIP"),
+                                                          "kind": "hnsw", "codec": "hnsw"})), "holds a IndexFlatIP"),
 ])
 def test_a_damaged_index_is_one_clear_error(onnx_bundle, index_dir, image_folder, tmp_path, damage, phrase, cli):
     from dmlplug.bundle.index import load_index

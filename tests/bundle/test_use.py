@@ -119,7 +119,8 @@ def test_approximate_index_reports_its_recall_on_held_out_images(onnx_bundle, im
     assert code == 0, err
     meta = json.loads((tmp_path / kind / "index.json").read_text())
     assert meta["kind"] == kind and meta["recall_queries"] == 2  # a tenth of the 24 images held out
-    assert f"recall@5 against exact search: {meta['recall@5']:.4f} (2 gallery images held out as queries)" in out
+    assert (f"against exact search: recall@1 {meta['recall@1']:.4f}, recall@5 {meta['recall@5']:.4f}, recall@10 "
+            f"{meta['recall@10']:.4f} (2 gallery images held out as queries)") in out
     assert sorted(json.loads((tmp_path / kind / "paths.json").read_text())) == sorted(
         str(p) for p in image_folder.rglob("*.png"))
 

@@ -1,0 +1,144 @@
+"""Index codecs against exact search: bytes per vector, recall@1/@10 on held-out queries, queries/s, build time and
+peak memory, on a synthetic clustered gallery (1M × 128 by default) and on the glyph test split of a trained run.
+
+Each codec is built in its own process (``dmlplug.bundle.index.build_from``, the code ``dmlplug index`` runs), so
+its peak resident memory (``ru_maxrss`` of that process: the gallery, the index and the build's working memory)
+is its own. Queries/s: fresh queries (not in the gallery) searched for their top 10 in one batch, the best of
+three, printed with its ratio to the exact (float32) index of the same gallery measured in the same run.
+
+    python benchmarks/index_codecs.py                                   # 1M × 128 synthetic
+    python benchmarks/index_codecs.py --synthetic 0 --run runs/quickstart   # the glyph test split of a run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CODECS = "float32,float16,int8,binary,pq,ivf"
+
+
+def synthetic(n: int, dim: int, centers: int, seed: int) -> np.ndarray:
+    """``n`` unit vectors around ``centers`` seeded centres (centre and noise of equal expected norm)."""
+    middle = np.random.default_rng(0).standard_normal((centers, dim)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, 100_000):  # in chunks: a float64 1M × 128 draw alone would take 1 GiB
+        stop = min(n, start + 100_000)
+        x = middle[rng.integers(0, centers, stop - start)] + rng.standard_normal((stop - start, dim),
+                                                                                 dtype=np.float32)
+        out[start:stop] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def child(args: argparse.Namespace) -> None:
+    """Build one codec's index of the gallery and time its search; print one JSON line."""
+    from dmlplug.bundle.index import MemoryGallery, build_from
+
+    if args.data.endswith(".npz"):
+        with np.load(args.data) as data:
+            gallery, queries = data["gallery"], data["queries"]
+    else:
+        n, dim, centers = (int(v) for v in args.data.split("x"))
+        gallery, queries = synthetic(n, dim, centers, seed=1), synthetic(args.queries, dim, centers, seed=2)
+    start = time.perf_counter()
+    index = build_from(MemoryGallery(gallery, [str(i) for i in range(len(gallery))]), args.child)
+    build = time.perf_counter() - start
+    index.search(queries[:10], 10)  # warm-up
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        index.search(queries, 10)
+        times.append(time.perf_counter() - start)
+    info = index.info
+    print(json.dumps({"codec": args.child, "bytes_per_vector": info["bytes_per_vector"],
+                      "recall@1": info.get("recall@1"), "recall@10": info.get("recall@10"),
+                      "held_out": info.get("recall_queries"), "qps": len(queries) / min(times), "build_s": build,
+                      "params": {k: v for k, v in info.items() if k in ("nlist", "nprobe", "pq_m", "pq_nbits",
+                                                                        "rescore")}}))
+
+
+def run_codec(codec: str, data: str, queries: int) -> dict:
+    """One child process; its JSON line plus its peak RSS (from ``wait4``, this child's own)."""
+    cmd = [sys.executable, __file__, "--child", codec, "--data", data, "--queries", str(queries)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{codec} failed (exit {proc.returncode}): {' '.join(cmd)}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    result["peak_rss_gib"] = usage.ru_maxrss / 2**20  # KiB on Linux
+    print(json.dumps(result), flush=True)  # each codec as it finishes: a long run's partial results survive
+    return result
+
+
+def report(title: str, rows: list[dict]) -> None:
+    exact = next(r for r in rows if r["codec"] == "float32")
+    print(f"\n{title}")
+    print(f"{'codec':<8} {'bytes/vec':>10} {'vs f32':>7} {'recall@1':>9} {'recall@10':>9} {'queries/s':>10} "
+          f"{'vs f32':>7} {'build s':>8} {'peak RSS GiB':>12}  parameters")
+    for r in rows:
+        ratio = r["bytes_per_vector"] / exact["bytes_per_vector"]
+        print(f"{r['codec']:<8} {r['bytes_per_vector']:>10.1f} {ratio:>7.3f} "
+              f"{r['recall@1']:>9.4f} {r['recall@10']:>9.4f} {r['qps']:>10.0f} {r['qps'] / exact['qps']:>7.2f} "
+              f"{r['build_s']:>8.1f} {r['peak_rss_gib']:>12.2f}  {r['params'] or ''}")
+    print(f"(recall on {exact['held_out']} held-out gallery vectors; queries/s: top 10 of fresh queries, one batch)")
+
+
+def glyph_embeddings(run: Path, folder: Path) -> str:
+    """The test split of a trained run, embedded by its model: gallery = all, queries = the first 1000."""
+    import dmlplug
+    from dmlplug.engine.data import TransformedSource, embed_loader, eval_loader
+
+    loaded = dmlplug.load_run(run)
+    loader = eval_loader(TransformedSource(loaded.dataset.test, loaded.test_transform), batch_size=256, workers=0,
+                         device="cpu")
+    embeddings, _ = embed_loader(loaded.model, loader, "cpu")
+    vectors = np.asarray(embeddings, dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    path = folder / "glyphs.npz"
+    np.savez(path, gallery=vectors, queries=vectors[:1000])
+    return str(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--synthetic", type=int, default=1_000_000, help="gallery size (0: none)")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--centers", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--codecs", default=CODECS)
+    parser.add_argument("--run", type=Path, help="a trained run whose test split is indexed too")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    codecs = args.codecs.split(",")
+    print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.run:
+            data = glyph_embeddings(args.run, Path(tmp))
+            with np.load(data) as loaded:
+                shape = loaded["gallery"].shape
+            report(f"glyph test split of {args.run}: {shape[0]} × {shape[1]}",
+                   [run_codec(c, data, args.queries) for c in codecs])
+        if args.synthetic:
+            data = f"{args.synthetic}x{args.dim}x{args.centers}"
+            report(f"synthetic: {args.synthetic} × {args.dim}, {args.centers} clusters, {args.queries} fresh queries",
+                   [run_codec(c, data, args.queries) for c in codecs])
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Adding items to and removing items from an index folder without rebuilding it.
+
+Vectors are added to the trained index as they are (the quantiser is not trained again) under new labels,
+and items are removed by label (faiss ``remove_ids``; an HNSW graph cannot remove, an exact index deletes the
+rows). The folder is then written anew beside the old one and swapped in
+(:func:`~dmlplug.bundle.atomic.replace_folder`), so a failure leaves the old index whole. The recall recorded
+at build time stays (``index.json`` counts the items added and removed since); bytes per vector are measured
+again on the new files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dmlplug.bundle.atomic import replace_folder
+from dmlplug.bundle.codecs import REMOVABLE
+from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.index import CodedIndex, ExactIndex
+from dmlplug.bundle.index_files import read_index, save_index
+
+
+def add_items(index: ExactIndex | CodedIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:
+    """Add ``vectors`` named ``paths`` to ``index``.
+
+    Raises:
+        BundleError: The vectors have another size than the index's, or a path is already indexed (or given
+            twice).
+    """
+    where = str(index.folder or "the index")
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[1] != index.dim or len(vectors) != len(paths):
+        raise BundleError(f"cannot add {vectors.shape} embeddings named by {len(paths)} paths to {where}, an index of "
+                          f"{index.dim}-d vectors", where=where, fix="embed the new images with the index's bundle")
+    known = {p for p in index.paths if p is not None}
+    seen: set[str] = set()
+    twice = [p for p in paths if p in known or p in seen or seen.add(p)]  # type: ignore[func-returns-value]
+    if twice:
+        raise BundleError(f"{len(twice)} of the paths to add are already in {where} or given twice, e.g. {twice[0]}",
+                          where=where, fix="remove them first (dmlplug index-remove), or leave them out")
+    try:
+        index.add(vectors, paths)
+    except RuntimeError as exc:  # faiss: an index written before items were labelled (a bare HNSW graph)
+        raise BundleError(f"{where} cannot take new items: {str(exc).splitlines()[-1]}", where=where,
+                          fix="build the index again (dmlplug index), then add to it") from None
+    index.info["added_since_build"] = int(index.info.get("added_since_build", 0)) + len(paths)
+
+
+def remove_items(index: ExactIndex | CodedIndex, paths: Sequence[str]) -> None:
+    """Remove the items named ``paths`` from ``index``.
+
+    Raises:
+        BundleError: The index cannot remove (HNSW), or a path is not in it.
+    """
+    where = str(index.folder or "the index")
+    if index.codec not in REMOVABLE:
+        raise BundleError(f"{where} is an {index.codec} index, whose graph cannot remove items", where=where,
+                          fix="build the index again without them, or use another codec (e.g. --codec ivf)")
+    labels = {p: i for i, p in enumerate(index.paths) if p is not None}
+    missing = [p for p in paths if p not in labels]
+    if missing:
+        raise BundleError(f"{len(missing)} of the paths to remove are not in {where}, e.g. {missing[0]}", where=where,
+                          fix="list paths exactly as the index's paths.json (or dmlplug search) shows them")
+    index.remove(np.array(sorted({labels[p] for p in paths}), dtype=np.int64))
+    index.info["removed_since_build"] = int(index.info.get("removed_since_build", 0)) + len(set(paths))
+
+
+def rewrite(index: ExactIndex | CodedIndex, folder: Path) -> None:
+    """Write the edited ``index`` over its ``folder`` (a new folder swapped in)."""
+    replace_folder(folder, lambda new: save_index(index, new, {}))
+
+
+def edit_folder(folder: str | Path, *, add: tuple[np.ndarray, Sequence[str]] | None = None,
+                remove: Sequence[str] = ()) -> ExactIndex | CodedIndex:
+    """Read the index ``folder``, remove ``remove``, add ``add`` = ``(vectors, paths)``, write it back."""
+    index = read_index(folder)
+    if remove:
+        remove_items(index, remove)
+    if add is not None:
+        add_items(index, *add)
+    rewrite(index, Path(folder))
+    return index

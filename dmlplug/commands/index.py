@@ -1,0 +1,216 @@
+"""The index commands of the ``dmlplug`` command line: index, index-add, index-remove.
+
+:func:`dmlplug.commands.register_commands` adds them to the app; the work happens in ``dmlplug/bundle/``
+(``index*.py``, ``codecs.py``). Only typer is imported here: numpy, faiss and torch come with the command that
+runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dmlplug.commands.bundle import BatchSize, Device, Quiet, Strict, _embed_folder, _say
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dmlplug.bundle.bundle import Bundle
+    from dmlplug.bundle.index_shards import ShardGallery
+
+
+def cmd_index(
+    bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The index folder to create (new or empty).",
+                                      show_default=False)],
+    images_dir: Annotated[Path | None, typer.Argument(help="Gallery folder (searched recursively); leave it out "
+                                                      "with --from-shards.", show_default=False)] = None,
+    codec: Annotated[str | None, typer.Option("--codec", help="float32 (exact, the default), float16, int8, binary "
+                                              "(Hamming shortlist rescored exactly), pq (IVF-PQ), ivf or hnsw.")]
+    = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="Memory budget: bytes per vector (64B) or for the "
+                                               "whole index (2GB, 512MiB); the most accurate codec that fits is "
+                                               "chosen, by recall measured on held-out images.")] = None,
+    from_shards: Annotated[Path | None, typer.Option("--from-shards", help="Index the shards of a sharded "
+                                                     "embedding (its manifest.json, or its folder) instead of "
+                                                     "images.", show_default=False)] = None,
+    approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: the same as --codec ivf / "
+                                                    "hnsw.")] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="A further k of the reported recall@k (1 and 10 always).")]
+    = 10,
+    nlist: Annotated[int | None, typer.Option("--nlist", min=1, help="ivf, pq: inverted lists (default ≈ √N).")]
+    = None,
+    nprobe: Annotated[int | None, typer.Option("--nprobe", min=1, help="ivf, pq: lists searched per query "
+                                               "(default nlist/8, at least 8).")] = None,
+    pq_m: Annotated[int | None, typer.Option("--pq-m", min=1, help="pq: sub-vectors, a divisor of the embedding "
+                                             "size (default: the largest up to d/4).")] = None,
+    pq_nbits: Annotated[int | None, typer.Option("--pq-nbits", min=1, max=16, help="pq: bits per sub-vector "
+                                                 "code (default 8).")] = None,
+    rescore: Annotated[int | None, typer.Option("--rescore", min=1, help="binary: Hamming candidates rescored, "
+                                                "times max(k, 10) (default 10).")] = None,
+    batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
+) -> None:
+    """Index a gallery folder or a sharded embedding: exact search, or a compressed / approximate --codec.
+
+    Every index records its bytes per vector and its recall@1 and @10 against exact search, measured on gallery
+    images held out of it while it is built.
+    """
+    from dmlplug.bundle.atomic import atomic_folder, check_destination
+    from dmlplug.bundle.bundle import load_bundle
+    from dmlplug.bundle.codecs import check_codec
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index import APPROXIMATE, Gallery, MemoryGallery, build_from
+    from dmlplug.bundle.index_budget import choose, format_table, parse_budget
+    from dmlplug.bundle.index_files import save_index
+
+    if approximate is not None and approximate not in APPROXIMATE:
+        raise BundleError(f"unknown approximate index {approximate!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
+    if codec is not None and approximate is not None and codec != approximate:
+        raise BundleError(f"--codec {codec} and --approximate {approximate} ask for two indexes", fix="give one")
+    codec = codec or approximate
+    if codec is not None:
+        check_codec(codec)
+    if budget is not None and codec is not None:
+        raise BundleError("--budget chooses the codec: give --budget or --codec, not both", fix="leave one out")
+    limit = parse_budget(budget) if budget is not None else None
+    if (images_dir is None) == (from_shards is None):
+        raise BundleError("index needs a gallery: an IMAGES_DIR or --from-shards MANIFEST, exactly one",
+                          fix="dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR, or dmlplug index BUNDLE_DIR "
+                          "--from-shards SHARDS_DIR --out INDEX_DIR")
+    check_destination(out, "index")
+    given = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "pq_nbits": pq_nbits, "rescore": rescore}
+    bundle = load_bundle(bundle_dir, device=device)
+    gallery: Gallery
+    if from_shards is not None:
+        gallery = _shards_of(bundle, from_shards)
+    else:
+        assert images_dir is not None
+        gallery = MemoryGallery(*_embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict,
+                                               quiet=quiet))
+    table = None
+    if limit is not None:
+        index, table = choose(gallery, limit, k=k, given=given)
+    else:
+        index = build_from(gallery, codec or "float32", k=k, given=given)
+    with atomic_folder(out, "index") as folder:
+        save_index(index, folder, bundle.built_by())
+    if table is not None:
+        _say(f"budget {limit.text if limit else ''}: {index.codec}, the most accurate codec that fits "
+             f"(recall measured on held-out gallery images):\n{format_table(table, index.codec)}")
+    typer.echo(f"{index.kind} index of {index.size} images written to {out}{_describe(index.info)}")
+
+
+def _describe(info: dict[str, object]) -> str:
+    """The codec, bytes per vector and measured recall of an index, as a clause of the closing line."""
+    text = f" (codec {info.get('codec', 'float32')}"
+    if "bytes_per_vector" in info:
+        text += f", {info['bytes_per_vector']:.1f} bytes per vector"
+    held = info.get("recall_queries")
+    if held:
+        recalls = ", ".join(f"{key} {value:.4f}" for key, value in info.items()
+                            if key.startswith("recall@") and isinstance(value, float))
+        return text + f"); against exact search: {recalls} ({held} gallery images held out as queries)"
+    if held == 0:
+        return text + "); recall not measured (too few images to hold some out as queries)"
+    return text + ")"
+
+
+def _shards_of(bundle: Bundle, source: Path) -> ShardGallery:
+    """The shards of ``source``, checked to be embedded by ``bundle``'s model."""
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index_shards import read_shards
+
+    shards = read_shards(source)
+    if shards.model_sha256 != bundle.model_sha256 or shards.dim != bundle.embedding_size:
+        raise BundleError(f"the shards of {shards.manifest} were embedded by another model (sha256 "
+                          f"{shards.model_sha256[:16]}…, {shards.dim}-d) than the bundle {bundle.path} loads "
+                          f"(sha256 {bundle.model_sha256[:16]}…, {bundle.embedding_size}-d)",
+                          where=str(shards.manifest), fix="index them with the bundle that embedded them, or embed "
+                          "the gallery again with this bundle")
+    return shards
+
+
+def cmd_index_add(
+    bundle_dir: Annotated[Path, typer.Argument(help="The bundle that built the index.", show_default=False)],
+    index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
+    source: Annotated[Path, typer.Argument(help="What to add: a folder of images, an .npz of `dmlplug embed`, or "
+                                           "a sharded embedding (its manifest.json or folder).", show_default=False,
+                                           metavar="IMAGES_DIR|EMB.npz|SHARDS")],
+    batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
+) -> None:
+    """Add images to an index without rebuilding it (its quantiser is kept); the folder is replaced atomically."""
+    from dmlplug.bundle.bundle import load_bundle
+    from dmlplug.bundle.index_edit import add_items, rewrite
+    from dmlplug.bundle.index_files import check_built_by, read_index
+    from dmlplug.bundle.index_shards import MANIFEST
+
+    bundle = load_bundle(bundle_dir, device=device)
+    index = read_index(index_dir)
+    check_built_by(index, bundle)
+    before = index.size
+    if source.suffix == ".json" or (source / MANIFEST).is_file():
+        for _, vectors, paths in _shards_of(bundle, source).chunks():
+            add_items(index, vectors, paths)
+    elif source.is_file():
+        add_items(index, *_embedded_by(bundle, source))
+    else:
+        add_items(index, *_embed_folder(bundle, source, batch_size=batch_size, strict=strict, quiet=quiet))
+    rewrite(index, index_dir)
+    typer.echo(f"{index.size - before} images added to {index_dir}: {index.size} in all")
+
+
+def _embedded_by(bundle: Bundle, npz: Path) -> tuple[np.ndarray, list[str]]:
+    """``(embeddings, paths)`` of an .npz of ``dmlplug embed``, checked to come from ``bundle``'s model.
+
+    An .npz that records ``model_sha256`` is checked by it; one that does not is checked by embedding its
+    first image again, which must give its first vector (within the index probe's tolerance).
+    """
+    import numpy as np
+
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index_files import PROBE_TOLERANCE
+
+    fix = f"embed the images with this bundle: dmlplug embed {bundle.path} IMAGES_DIR --out EMB.npz"
+    try:
+        with np.load(npz) as data:
+            vectors, paths = np.asarray(data["embeddings"], dtype=np.float32), [str(p) for p in data["paths"]]
+            recorded = data["model_sha256"].item() if "model_sha256" in data.files else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise BundleError(f"{npz} is not an .npz of dmlplug embed (embeddings, paths): {exc}", where=str(npz),
+                          fix=fix) from None
+    if recorded is not None and recorded != bundle.model_sha256:
+        raise BundleError(f"{npz} was embedded by another model (sha256 {str(recorded)[:16]}…) than the bundle "
+                          f"{bundle.path} loads", where=str(npz), fix=fix)
+    if recorded is None and len(paths):
+        try:
+            again = bundle.embed([paths[0]])[0]
+        except Exception as exc:  # an image moved or unreadable: the origin cannot be checked
+            raise BundleError(f"{npz} records no model and its first image {paths[0]} cannot be embedded again to "
+                              f"check which model embedded it ({exc})", where=str(npz), fix=fix) from None
+        gap = float(np.abs(again - vectors[0]).max()) if vectors.ndim == 2 and len(vectors[0]) == len(again) else 1.0
+        if gap > PROBE_TOLERANCE:
+            raise BundleError(f"{npz} was embedded by another model than the bundle {bundle.path} loads: the bundle "
+                              f"embeds its first image {paths[0]} {gap:.3g} away from its vector", where=str(npz),
+                              fix=fix)
+    return vectors, paths
+
+
+def cmd_index_remove(
+    index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
+    paths_file: Annotated[Path, typer.Argument(help="A text file of the image paths to remove, one per line.",
+                                               show_default=False)],
+) -> None:
+    """Remove images from an index without rebuilding it; the folder is replaced atomically."""
+    from dmlplug.bundle.errors import BundleError
+    from dmlplug.bundle.index_edit import edit_folder
+
+    try:
+        lines = paths_file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"cannot read the paths to remove from {paths_file}: {exc}", where=str(paths_file),
+                          fix="give a text file with one image path per line") from None
+    paths = [line.strip() for line in lines if line.strip()]
+    index = edit_folder(index_dir, remove=paths)
+    typer.echo(f"{len(set(paths))} images removed from {index_dir}: {index.size} left")

@@ -1,0 +1,176 @@
+"""`dmlplug index --codec/--budget/--from-shards`, `index-add` and `index-remove` on the tiny bundle: every codec
+searched by `search` and the Python API, the budget's table, shards of the bundle's embedding, edits equal to a
+rebuild, and every mistake one clear message, exit 2, nothing written or changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import dmlplug
+
+pytest.importorskip("faiss")
+
+
+def _ok(result):
+    code, out, err = result
+    assert code == 0, err
+    return out, err
+
+
+def _one_clear_error(result, *phrases):
+    code, out, err = result
+    assert code == 2, err
+    assert "Traceback" not in err and err.count("error: ") == 1 and "  fix:" in err, err
+    for phrase in phrases:
+        assert phrase in err, err
+
+
+def _digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def embedded(onnx_bundle, image_folder, tmp_path_factory):
+    """The image folder embedded by the bundle: ``(npz, embeddings, paths)``."""
+    from dmlplug.cli import main
+
+    out = tmp_path_factory.mktemp("embedded") / "emb.npz"
+    try:
+        main(["embed", str(onnx_bundle), str(image_folder), "--out", str(out), "-q"])
+    except SystemExit as exc:
+        assert not exc.code
+    with np.load(out) as data:
+        return out, data["embeddings"], [str(p) for p in data["paths"]]
+
+
+@pytest.mark.parametrize("codec", ["float16", "int8", "binary", "pq"])
+def test_search_and_the_python_api_use_every_codec(onnx_bundle, image_folder, embedded, tmp_path, codec, cli):
+    out, _ = _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / codec, "--codec", codec, "-q"))
+    meta = json.loads((tmp_path / codec / "index.json").read_text())
+    assert meta["codec"] == meta["kind"] == codec and meta["recall_queries"] == 2
+    assert f"(codec {codec}, {meta['bytes_per_vector']:.1f} bytes per vector)" in out
+    _, _, paths = embedded
+    result, _ = _ok(cli("search", onnx_bundle, tmp_path / codec, paths[3], "--k", "3", "--json"))
+    matches = json.loads(result)[0]["matches"]
+    assert len(matches) == 3 and all(m["path"] in paths for m in matches)
+    assert dmlplug.load_bundle(onnx_bundle).search([paths[3]], tmp_path / codec, k=3) == json.loads(result)
+
+
+def test_the_budget_prints_its_candidates_and_a_budget_nothing_meets_writes_nothing(onnx_bundle, image_folder,
+                                                                                    tmp_path, cli):
+    out, err = _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "fit", "--budget", "1MB", "-q"))
+    # every candidate fits 1MB for 24 images: the best recall@10, then recall@1, then the fewest bytes wins
+    rows = {line.split()[-5]: [float(v) for v in line.split()[-4:-1]] for line in err.splitlines()
+            if line.endswith("  yes")}
+    assert set(rows) == {"float32", "float16", "int8", "binary", "pq"}, err
+    best = max(rows, key=lambda c: (rows[c][2], rows[c][1], -rows[c][0]))
+    assert f"budget 1MB: {best}, the most accurate codec that fits" in err and f"* {best} " in err
+    assert json.loads((tmp_path / "fit" / "index.json").read_text())["codec"] == best
+    assert rows["float32"][1:] == [1.0, 1.0]  # exact
+    _one_clear_error(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "none", "--budget", "1B", "-q"),
+                     "no index codec fits the budget 1B", "give a larger --budget")
+    assert not (tmp_path / "none").exists() and not list(tmp_path.glob(".none*"))
+
+
+def test_mistakes_of_index_are_one_clear_error_and_write_nothing(onnx_bundle, image_folder, tmp_path, cli):
+    out = tmp_path / "x"
+    for args, phrase in ((("--codec", "lz4"), "unknown index codec 'lz4'"),
+                         (("--codec", "pq", "--budget", "64B"), "give --budget or --codec, not both"),
+                         (("--budget", "lots"), "--budget 'lots' is not a size"),
+                         (("--codec", "int8", "--nlist", "4"), "--nlist does not apply to the int8 codec"),
+                         (("--codec", "pq", "--pq-m", "3"), "--pq-m 3 does not divide the embedding size 8"),
+                         (("--from-shards", tmp_path), "exactly one")):
+        _one_clear_error(cli("index", onnx_bundle, image_folder, "--out", out, *args, "-q"), phrase)
+        assert not out.exists()
+
+
+def _shards(folder, embeddings, paths, model, bounds=(0, 10, 24)):
+    folder.mkdir()
+    entries = []
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        name = f"shard-{i:05d}-of-{len(bounds) - 1:05d}.npz"
+        np.savez(folder / name, embeddings=embeddings[a:b], paths=np.asarray(paths[a:b], dtype=str))
+        entries.append({"file": name, "rows": b - a})
+    (folder / "manifest.json").write_text(json.dumps({"shards": entries, "total": len(paths), "model_sha256": model,
+                                                      "embedding_size": embeddings.shape[1]}))
+    return folder
+
+
+def test_an_index_from_shards_equals_the_index_of_the_images(onnx_bundle, image_folder, embedded, tmp_path, cli):
+    _, embeddings, paths = embedded
+    bundle = dmlplug.load_bundle(onnx_bundle)
+    shards = _shards(tmp_path / "shards", embeddings, paths, bundle.model_sha256)
+    _ok(cli("index", onnx_bundle, "--from-shards", shards, "--out", tmp_path / "a", "--codec", "int8", "-q"))
+    _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "b", "--codec", "int8", "-q"))
+    a, b = (json.loads((tmp_path / n / "index.json").read_text()) for n in "ab")
+    assert a["files"] == b["files"]  # the same index, byte for byte
+    other = _shards(tmp_path / "other", embeddings, paths, "0" * 64)
+    _one_clear_error(cli("index", onnx_bundle, "--from-shards", other, "--out", tmp_path / "c", "-q"),
+                     "were embedded by another model")
+    assert not (tmp_path / "c").exists()
+
+
+def test_add_and_remove_equal_a_rebuild_and_refuse_another_model(onnx_bundle, image_folder, embedded, tmp_path,
+                                                                 cli):
+    npz, embeddings, paths = embedded
+    first = tmp_path / "first"
+    for path in sorted(image_folder.rglob("*.png"))[:16]:
+        (first / path.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, first / path.parent.name / path.name)
+    index = tmp_path / "index"
+    _ok(cli("index", onnx_bundle, first, "--out", index, "--codec", "float16", "-q"))
+    out, _ = _ok(cli("index-add", onnx_bundle, index, npz))
+    assert "8 images added" not in out  # the 16 copies have other paths than the npz's: all 24 are new
+    assert "24 images added" in out and json.loads((index / "index.json").read_text())["size"] == 40
+    (tmp_path / "gone.txt").write_text("\n".join(str(p) for p in sorted(first.rglob("*.png"))) + "\n")
+    out, _ = _ok(cli("index-remove", index, tmp_path / "gone.txt"))
+    assert "16 images removed" in out
+    _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "rebuilt", "--codec", "float16", "-q"))
+    bundle = dmlplug.load_bundle(onnx_bundle)
+    assert bundle.search(paths[:4], index, k=5) == bundle.search(paths[:4], tmp_path / "rebuilt", k=5)
+    meta = json.loads((index / "index.json").read_text())
+    assert (meta["added_since_build"], meta["removed_since_build"]) == (24, 16)
+    before = _digest(index)
+    # an embedding of another model: recorded, or found by embedding its first image again
+    np.savez(tmp_path / "other.npz", embeddings=embeddings, paths=np.asarray(paths, dtype=str),
+             model_sha256=np.asarray("f" * 64))
+    _one_clear_error(cli("index-add", onnx_bundle, index, tmp_path / "other.npz"), "was embedded by another model")
+    np.savez(tmp_path / "moved.npz", embeddings=embeddings[::-1].copy(), paths=np.asarray(paths, dtype=str))
+    _one_clear_error(cli("index-add", onnx_bundle, index, tmp_path / "moved.npz"), "embeds its first image")
+    _one_clear_error(cli("index-add", onnx_bundle, index, npz), "are already in")
+    (tmp_path / "unknown.txt").write_text("not/there.png\n")
+    _one_clear_error(cli("index-remove", index, tmp_path / "unknown.txt"), "1 of the paths to remove are not in")
+    assert _digest(index) == before and not list(tmp_path.glob(".index.*"))
+
+
+def test_an_index_of_another_bundle_takes_no_additions(onnx_bundle, image_folder, embedded, tmp_path, cli):
+    from test_integrity import _other_model
+
+    other = tmp_path / "other_bundle"
+    shutil.copytree(onnx_bundle, other)
+    _other_model(other)
+    manifest = json.loads((other / "bundle.json").read_text())
+    manifest["model"]["sha256"] = hashlib.sha256((other / "model.onnx").read_bytes()).hexdigest()
+    manifest["model"]["size"] = (other / "model.onnx").stat().st_size
+    (other / "bundle.json").write_text(json.dumps(manifest))
+    _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "index", "--codec", "pq", "-q"))
+    before = _digest(tmp_path / "index")
+    _one_clear_error(cli("index-add", other, tmp_path / "index", image_folder), "was built by another model")
+    assert _digest(tmp_path / "index") == before
+
+
+@pytest.mark.parametrize("name", ["index.faiss", "rescore.faiss"])
+def test_a_truncated_binary_index_file_is_one_clear_error(onnx_bundle, image_folder, embedded, tmp_path, name, cli):
+    _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "bin", "--codec", "binary", "-q"))
+    data = tmp_path / "bin" / name
+    data.write_bytes(data.read_bytes()[:40])
+    _one_clear_error(cli("search", onnx_bundle, tmp_path / "bin", embedded[2][0]), name,
+                     "bytes where index.json records")
+    meta = json.loads((tmp_path / "bin" / "index.json").read_text())
+    (tmp_path / "bin" / "index.json").write_text(json.dumps({**meta, "files": {}}))
+    _one_clear_error(cli("search", onnx_bundle, tmp_path / "bin", embedded[2][0]), "cannot be read by faiss")

@@ -1,0 +1,259 @@
+"""Every index codec on synthetic galleries: build → save → load → search round trips, bytes per vector measured
+on the written files, recall measured on held-out rows and equal to a brute-force count of the same queries,
+the budget's choice, shards equal to a one-shot build, and add/remove equal to the index filled with the final set."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dmlplug.bundle.codecs import CODECS
+from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.index import MemoryGallery, build_from, build_index, holdout_rows, load_index
+from dmlplug.bundle.index_budget import choose, parse_budget
+from dmlplug.bundle.index_edit import add_items, edit_folder, remove_items
+from dmlplug.bundle.index_files import save_index
+from dmlplug.bundle.index_shards import read_shards
+
+faiss = pytest.importorskip("faiss")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_faiss_thread():
+    """faiss's k-means (PQ training) slows down tenfold when its two OpenMP threads share two busy cores with other
+    test processes; one thread gives the same indexes."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(threads)
+
+
+def _clustered(n, dim, centers, seed, noise=0.6):
+    middle = np.random.default_rng(0).standard_normal((centers, dim))
+    rng = np.random.default_rng(seed)
+    x = middle[rng.integers(0, centers, n)] + noise * rng.standard_normal((n, dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+GALLERY = _clustered(3000, 32, 60, seed=1)
+PATHS = [f"img/{i:05d}.png" for i in range(len(GALLERY))]
+QUERIES = _clustered(20, 32, 60, seed=2)
+
+
+def _truth(gallery, queries, k, rows):
+    """Exact top-k gallery rows (float64 sort) among ``rows``."""
+    sims = queries.astype(np.float64) @ gallery[rows].astype(np.float64).T
+    return rows[np.argsort(-sims, axis=1, kind="stable")[:, :k]]
+
+
+def _saved(index, tmp_path, name="index"):
+    folder = tmp_path / name
+    folder.mkdir()
+    save_index(index, folder, {"model_sha256": "m"})
+    return folder
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_round_trips_and_records_what_its_files_take(codec, tmp_path):
+    index = build_index(GALLERY, PATHS, codec=codec)
+    folder = _saved(index, tmp_path)
+    loaded = load_index(folder)
+    assert loaded.codec == codec and loaded.size == len(GALLERY)
+    for k in (1, 10):
+        assert [a.tolist() for a in loaded.search(QUERIES, k)] == [a.tolist() for a in index.search(QUERIES, k)]
+    meta = json.loads((folder / "index.json").read_text())
+    data = sum((folder / name).stat().st_size for name in meta["files"] if name != "paths.json")
+    assert meta["codec"] == codec and meta["bytes_per_vector"] == round(data / len(GALLERY), 3)
+    assert index.info["bytes_per_vector"] == pytest.approx(meta["bytes_per_vector"], rel=1e-3)  # measured in memory
+    assert meta["recall_queries"] == 300 and {"recall@1", "recall@10"} <= set(meta)
+    # the neighbours are the gallery's: most of an exact top-10 (all of it for the exact codecs)
+    found = loaded.search(QUERIES, 10)[1]
+    share = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, _truth(GALLERY, QUERIES, 10,
+                                                                              np.arange(len(GALLERY))), strict=True)])
+    assert share >= {"pq": 0.5, "int8": 0.9, "binary": 0.9}.get(codec, 0.99)
+
+
+@pytest.mark.parametrize("codec", ["float16", "int8", "binary", "pq", "ivf"])
+def test_recorded_recall_is_a_brute_force_count_on_the_held_out_rows(codec):
+    """The index as the held-out queries searched it (they removed again), searched for them: the overlap of its
+    answer with a float64 brute force over the other rows is exactly what was recorded."""
+    index = build_index(GALLERY, PATHS, codec=codec)
+    held = holdout_rows(len(GALLERY))
+    kept = np.setdiff1d(np.arange(len(GALLERY)), held)
+    index.remove(held)
+    for k in (1, 10):
+        found = index.search(GALLERY[held], k)[1]
+        truth = _truth(GALLERY, GALLERY[held], k, kept)
+        count = np.mean([len(set(f) & set(t)) / k for f, t in zip(found, truth, strict=True)])
+        assert index.info[f"recall@{k}"] == pytest.approx(count, abs=1e-12), k
+
+
+def test_binary_codes_lose_recall_that_float32_keeps():
+    """Nearly uniform 32-d vectors: a sign code keeps little of the angle, so a short Hamming shortlist misses true
+    neighbours that the exact index finds; a longer shortlist recovers some (the rescoring is exact)."""
+    uniform = _clustered(3000, 32, 1, seed=3, noise=10.0)
+    exact = build_index(uniform, PATHS, codec="float32").info
+    short = build_index(uniform, PATHS, codec="binary", rescore=1).info
+    long = build_index(uniform, PATHS, codec="binary", rescore=20).info
+    assert exact["recall@1"] == exact["recall@10"] == 1.0
+    assert short["recall@1"] < 0.9 and short["recall@10"] < 0.9
+    assert short["recall@10"] < long["recall@10"] < 1.0
+
+
+def test_pq_parameters_follow_the_gallery_and_can_be_set():
+    index = build_index(GALLERY, PATHS, codec="pq")
+    n = len(GALLERY) - 300
+    assert index.info["nlist"] == min(round(n ** 0.5), n // 39) and index.info["pq_m"] == 8
+    assert index.info["pq_nbits"] == 6  # 2700 training vectors: 64 centroids of 39+ points, not 256
+    small = build_index(GALLERY, PATHS, codec="pq", pq_m=4, nlist=4, pq_nbits=4).info
+    assert (small["pq_m"], small["nlist"], small["pq_nbits"]) == (4, 4, 4)
+    assert small["bytes_per_vector"] < index.info["bytes_per_vector"]
+    with pytest.raises(BundleError, match="--pq-m 5 does not divide the embedding size 32"):
+        build_index(GALLERY, PATHS, codec="pq", pq_m=5)
+    with pytest.raises(BundleError, match="--nlist does not apply to the int8 codec"):
+        build_index(GALLERY, PATHS, codec="int8", nlist=4)
+
+
+def test_the_budget_picks_the_most_accurate_codec_that_fits():
+    gallery = MemoryGallery(GALLERY, PATHS)
+    measured = {c: build_from(gallery, c).info for c in ("float32", "float16", "int8", "pq")}
+    order = sorted(measured, key=lambda c: measured[c]["bytes_per_vector"])
+    assert order == ["pq", "int8", "float16", "float32"]
+    assert measured["int8"]["recall@10"] > measured["pq"]["recall@10"]
+    # between int8 and float16: int8; just under int8: pq; a total that leaves float32 room: float32
+    for text, chosen in ((f"{measured['int8']['bytes_per_vector'] + 1:.0f}B", "int8"),
+                         (f"{measured['int8']['bytes_per_vector'] - 1:.0f}B", "pq"),
+                         (f"{(measured['float32']['bytes_per_vector'] + 1) * len(GALLERY) / 1000:.0f}KB", "float32")):
+        index, table = choose(gallery, parse_budget(text))
+        assert index.codec == chosen, text
+        fits = {row.codec: row.fits for row in table}
+        limit = parse_budget(text).per_vector_for(len(GALLERY))
+        assert fits == {c: c in measured and measured[c]["bytes_per_vector"] <= limit
+                        for c in ("float32", "float16", "int8", "binary", "pq")}
+    with pytest.raises(BundleError, match="no index codec fits the budget 4B") as caught:
+        choose(gallery, parse_budget("4B"))
+    assert "pq" in str(caught.value) and "not built: its codes alone take 6 B/vector" in str(caught.value)
+    assert parse_budget("2GB").total == 2e9 and parse_budget("1.5KiB").total == 1536
+    with pytest.raises(BundleError, match="is not a size"):
+        parse_budget("64 bits")
+
+
+def _write_shards(folder, gallery, paths, bounds, model="m" * 64, **overrides):
+    folder.mkdir(exist_ok=True)
+    entries = []
+    for i, (start, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        name = f"shard-{i:05d}-of-{len(bounds) - 1:05d}.npz"
+        np.savez(folder / name, embeddings=gallery[start:stop], paths=np.asarray(paths[start:stop], dtype=str))
+        entries.append({"file": name, "rows": stop - start})
+    manifest = {"shards": entries, "total": len(gallery), "embedding_size": gallery.shape[1], "model_sha256": model,
+                **overrides}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.mark.parametrize("codec", ["float32", "float16", "int8", "pq"])
+def test_shards_build_the_index_a_one_shot_build_gives(codec, tmp_path):
+    shards = read_shards(_write_shards(tmp_path / "s", GALLERY, PATHS, [0, 1000, 1700, 3000]))
+    assert shards.size == 3000 and len(list(shards.chunks())) == 3
+    one, sharded = build_index(GALLERY, PATHS, codec=codec), build_from(shards, codec)
+    assert sharded.paths == one.paths and sharded.info == one.info
+    for k in (1, 10):
+        assert [a.tolist() for a in sharded.search(QUERIES, k)] == [a.tolist() for a in one.search(QUERIES, k)]
+
+
+def test_bad_shards_are_one_clear_error(tmp_path):
+    base = _write_shards(tmp_path / "ok", GALLERY, PATHS, [0, 1500, 3000])
+    manifest = json.loads((base / "manifest.json").read_text())
+    cases = [({**manifest, "shards": [{**manifest["shards"][0], "model_sha256": "x" * 64}, manifest["shards"][1]]},
+              "come from different models"),
+             ({**manifest, "embedding_size": 16}, "the manifest records 1500 rows of 16-d"),
+             ({**manifest, "total": 10}, "records 10 rows in all"),
+             ({**manifest, "shards": [*manifest["shards"], "shard-00009-of-00009.npz"]}, "is missing"),
+             ({"shards": []}, "is not a shard manifest")]
+    for changed, phrase in cases:
+        (base / "manifest.json").write_text(json.dumps(changed))
+        with pytest.raises(BundleError, match=phrase):
+            read_shards(base)
+    other = _write_shards(tmp_path / "other", _clustered(100, 16, 3, seed=5), PATHS[:100], [0, 100])
+    (base / "shard-00001-of-00002.npz").write_bytes((other / "shard-00000-of-00001.npz").read_bytes())
+    (base / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"holds embeddings of shape \(100, 16\)"):
+        read_shards(base / "manifest.json")
+
+
+@pytest.mark.parametrize("codec", ["float32", "float16", "int8", "binary", "pq", "ivf"])
+def test_add_and_remove_equal_the_index_filled_with_the_final_items(codec, tmp_path):
+    """Start from 2000 rows, add 1000, remove 300 of the first ones: the edited index answers as the same trained
+    index filled with the 2700 final rows (for the untrained codecs: as a rebuild)."""
+    index = build_index(GALLERY[:2000], PATHS[:2000], codec=codec)
+    folder = _saved(index, tmp_path)
+    gone = [PATHS[i] for i in range(0, 600, 2)]
+    edit_folder(folder, add=(GALLERY[2000:], PATHS[2000:]))
+    edited = edit_folder(folder, remove=gone)
+    assert edited.size == 2700 and json.loads((folder / "index.json").read_text())["size"] == 2700
+    assert not list(tmp_path.glob(".index.*"))  # the swapped folders are gone
+    final = [i for i in range(3000) if PATHS[i] not in set(gone)]
+    if codec == "float32":
+        reference = build_index(GALLERY[final], [PATHS[i] for i in final], codec=codec)
+    else:  # the trained quantiser, emptied and filled with the final rows under their labels
+        trained = faiss.clone_index(index.index.vectors if codec == "binary" else index.index)
+        trained.reset()
+        trained.add_with_ids(GALLERY[final], np.array(final, dtype=np.int64))
+        reference = type(edited)(trained, "float32" if codec == "binary" else codec, PATHS, {})
+        if codec == "binary":
+            from dmlplug.bundle.codecs import BinaryRescored
+
+            codes = faiss.IndexBinaryIDMap2(faiss.IndexBinaryFlat(32))
+            reference.index = BinaryRescored(codes, trained, edited.index.rescore)
+            codes.add_with_ids(np.packbits(GALLERY[final] > 0, axis=1), np.array(final, dtype=np.int64))
+        from dmlplug.bundle.codecs import set_search_params
+
+        set_search_params(faiss, reference.index, codec, edited.info)
+    for k in (1, 10):
+        sims, rows = edited.search(QUERIES, k)
+        ref_sims, ref_rows = reference.search(QUERIES, k)
+        assert [[edited.paths[r] for r in row] for row in rows] == [[reference.paths[r] for r in row]
+                                                                    for row in ref_rows]
+        np.testing.assert_allclose(sims, ref_sims, rtol=0, atol=1e-6)
+
+
+def test_edits_refuse_what_they_cannot_do(tmp_path):
+    index = build_index(GALLERY[:500], PATHS[:500], codec="hnsw")
+    with pytest.raises(BundleError, match="hnsw index, whose graph cannot remove items"):
+        remove_items(index, PATHS[:2])
+    index = build_index(GALLERY[:500], PATHS[:500], codec="int8")
+    with pytest.raises(BundleError, match="1 of the paths to remove are not in"):
+        remove_items(index, [PATHS[0], "nowhere.png"])
+    with pytest.raises(BundleError, match="already in the index or given twice, e.g. img/00003.png"):
+        add_items(index, GALLERY[3:5], PATHS[3:5])
+    with pytest.raises(BundleError, match="an index of 32-d vectors"):
+        add_items(index, np.zeros((2, 16), np.float32), ["a", "b"])
+    assert index.size == 500
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_an_index_written_before_the_codecs_still_loads(kind, tmp_path):
+    """index.json without `codec`, an unlabelled faiss index (rows were labels): read with its kind's codec."""
+    vectors, paths = GALLERY[:500], PATHS[:500]
+    if kind == "ivf":
+        old = faiss.IndexIVFFlat(faiss.IndexFlatIP(32), 32, 8, faiss.METRIC_INNER_PRODUCT)
+        old.train(vectors)
+        params = {"nlist": 8, "nprobe": 8}
+    else:
+        old = faiss.IndexHNSWFlat(32, 32, faiss.METRIC_INNER_PRODUCT)
+        params = {"M": 32, "efSearch": 77}
+    old.add(vectors)
+    folder = tmp_path / "old"
+    folder.mkdir()
+    faiss.write_index(old, str(folder / "index.faiss"))
+    (folder / "paths.json").write_text(json.dumps(paths))
+    (folder / "index.json").write_text(json.dumps({"kind": kind, "storage": "faiss", "size": 500, "dim": 32,
+                                                   **params}))
+    loaded = load_index(folder)
+    assert loaded.codec == kind
+    if kind == "hnsw":
+        assert loaded.index.hnsw.efSearch == 77
+    found = loaded.search(QUERIES, 5)[1]
+    assert (found == _truth(GALLERY, QUERIES, 5, np.arange(500))).mean() > 0.95  # all lists probed / a good graph
