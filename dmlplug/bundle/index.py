@@ -204,8 +204,6 @@ class CodedIndex:
         return "faiss", ["index.faiss"]
 
 
-#: Kept for code written before the codecs: the IVF and HNSW indexes are coded indexes.
-ApproximateIndex = CodedIndex
 
 
 def serialized_bytes(index: ExactIndex | CodedIndex) -> int:

@@ -19,32 +19,38 @@ import numpy as np
 from dmlplug.bundle.errors import BundleError
 from dmlplug.evaluation.rerank_spec import RerankSpec
 
+#: Codecs whose index keeps every item's float32 vector (``binary`` keeps them for its exact rescoring).
+FLOAT_CODECS = ("float32", "ivf", "hnsw", "binary")
 #: The indexes that keep float32 vectors, for messages.
-RERANKABLE = "exact indexes with float32 vectors (the default codec) and --approximate ivf / hnsw"
+RERANKABLE = "--codec float32 (the default), ivf, hnsw or binary"
 
 
 def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
-    """The ``G×D`` float32 vectors of ``index`` in row order.
+    """The float32 vectors of ``index`` by label (``L×D``; rows of removed items are zero and never returned).
 
     Raises:
         BundleError: The index keeps no float32 vectors (a compressed codec).
     """
-    info = getattr(index, "info", None) or {}
-    codec = info.get("codec", "float32")
+    codec = getattr(index, "codec", "float32")
     vectors = getattr(index, "embeddings", None)
     if codec == "float32" and isinstance(vectors, np.ndarray):
         return np.ascontiguousarray(vectors, dtype=np.float32)
-    faiss_index = getattr(index, "index", None)
-    if codec == "float32" and faiss_index is not None and getattr(index, "kind", None) in ("ivf", "hnsw"):
+    if codec in FLOAT_CODECS and getattr(index, "index", None) is not None:
         import faiss
 
-        if index.kind == "ivf":
-            faiss.extract_index_ivf(faiss_index).make_direct_map()  # rows → lists, for reconstruct (memory only)
-        return np.ascontiguousarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
+        source = index.index.vectors if codec == "binary" else index.index
+        if codec == "ivf":
+            # Labels may have gaps after index-remove: a hash table maps any label to its list entry (memory only).
+            faiss.extract_index_ivf(source).set_direct_map_type(faiss.DirectMap.Hashtable)
+        live = np.array([label for label, path in enumerate(index.paths) if path is not None], dtype=np.int64)
+        gallery = np.zeros((len(index.paths), int(index.dim)), dtype=np.float32)
+        if len(live):
+            gallery[live] = source.reconstruct_batch(live)
+        return gallery
     where = str(getattr(index, "folder", None) or "the index")
     raise BundleError(
-        f"--rerank {spec.name} needs the gallery's float32 vectors, and this index ({getattr(index, 'kind', '?')}, "
-        f"codec {codec}) keeps only compressed codes", where=where,
+        f"--rerank {spec.name} needs the gallery's float32 vectors, and this index (codec {codec}) keeps only "
+        "compressed codes", where=where,
         fix=f"search without --rerank, or rebuild the index as one that re-ranks: {RERANKABLE}")
 
 
@@ -71,10 +77,15 @@ def reranked_search(index: Any, queries: np.ndarray, k: int, spec: RerankSpec,
                                               budget_bytes=budget_bytes), k)
     elif spec.name == "dba":
         backend = resolve_backend("auto", False)
-        augmented = augment_gallery(gallery, n=int(p["n"]), alpha=float(p["alpha"]), backend=backend,
+        # Only the items the index holds take part (labels of removed items are gaps in the vectors).
+        live = np.array([label for label, path in enumerate(getattr(index, "paths", [])) if path is not None]
+                        or range(len(gallery)), dtype=np.int64)
+        augmented = augment_gallery(gallery[live], n=int(p["n"]), alpha=float(p["alpha"]), backend=backend,
                                     budget_bytes=budget_bytes)
-        rows, _ = exact_knn(q, augmented, k, self_pos=np.full(len(q), -1, dtype=np.int64), backend=backend,
-                            budget_bytes=budget_bytes)
+        found, _ = exact_knn(q, augmented, min(k, len(live)), self_pos=np.full(len(q), -1, dtype=np.int64),
+                             backend=backend, budget_bytes=budget_bytes)
+        found = np.asarray(found, dtype=np.int64)
+        rows = np.where(found >= 0, live[np.maximum(found, 0)], -1)
     else:
         _, shortlist = index.search(q, max(k, int(p["shortlist"])))
         rows = k_reciprocal(q, gallery, _missing_last(shortlist), k1=int(p["k1"]), k2=int(p["k2"]),

@@ -10,7 +10,7 @@ import pytest
 
 import dmlplug
 from dmlplug.bundle.errors import BundleError
-from dmlplug.bundle.index import ApproximateIndex, ExactIndex
+from dmlplug.bundle.index import ExactIndex, build_index
 from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
 from dmlplug.evaluation.rerank_spec import parse_rerank
 from tests.evaluation.test_reranking import _clustered, _dense_rank, _zhong_dense
@@ -49,25 +49,30 @@ def test_each_method_over_an_exact_index_equals_the_dense_oracle(vectors):
         assert not np.array_equal(rows, plain[:, :k]), text  # re-ranking changed something: the test can fail
 
 
-@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
-def test_flat_approximate_indexes_give_back_their_vectors(vectors, kind):
+@pytest.mark.parametrize("codec", ["hnsw", "ivf", "binary"])
+def test_indexes_with_float_vectors_give_them_back_by_label(vectors, codec):
     g, q = vectors
-    index = ApproximateIndex.build(g, [str(i) for i in range(len(g))], kind)
-    rows = np.array([int(p) for p in index.paths])  # the held-out rows come last
-    np.testing.assert_array_equal(gallery_vectors(index, parse_rerank("dba")), g[rows])
+    index = build_index(g, [str(i) for i in range(len(g))], codec=codec)
+    np.testing.assert_array_equal(gallery_vectors(index, parse_rerank("dba")), g)  # labels are gallery rows
     _, found = reranked_search(index, q, 5, parse_rerank("krnn:k1=5,shortlist=30"))
     assert found.shape == (len(q), 5) and (found >= 0).all()
+    if codec != "hnsw":  # hnsw cannot remove items
+        index.remove(np.array([0, 3]))
+        vectors_after = gallery_vectors(index, parse_rerank("dba"))
+        assert not vectors_after[[0, 3]].any()
+        np.testing.assert_array_equal(vectors_after[1], g[1])
+        for text in ("dba:n=3", "aqe:n=2", "krnn:k1=5,shortlist=30"):
+            _, found = reranked_search(index, q, 5, parse_rerank(text))
+            assert not np.isin(found, [0, 3]).any(), text  # a removed item never comes back
 
 
-def test_an_index_of_compressed_codes_is_refused_with_the_indexes_that_rerank(vectors):
+@pytest.mark.parametrize("codec", ["int8", "pq"])
+def test_an_index_of_compressed_codes_is_refused_with_the_indexes_that_rerank(vectors, codec):
     g, _ = vectors
-    sq8 = faiss.index_factory(g.shape[1], "SQ8", faiss.METRIC_INNER_PRODUCT)
-    sq8.train(g)
-    sq8.add(g)
-    index = ApproximateIndex(sq8, "sq8", [str(i) for i in range(len(g))], {"codec": "int8"})
+    index = build_index(g, [str(i) for i in range(len(g))], codec=codec)
     with pytest.raises(BundleError, match="keeps only compressed codes") as info:
         gallery_vectors(index, parse_rerank("dba"))
-    assert "float32" in str(info.value) and "--approximate ivf / hnsw" in str(info.value)
+    assert "--codec float32 (the default), ivf, hnsw or binary" in str(info.value)
 
 
 def test_search_rerank_on_the_command_line(onnx_bundle, image_folder, cli, tmp_path):
