@@ -118,7 +118,9 @@ def pytest_suite(ctx: Context) -> dict[str, Any]:
     if ctx.dry:
         cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_install.py"]
     else:
-        cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra"]
+        # The dry run of this very script is a CPU test (minutes of toy runs): no GPU minute is spent on it.
+        cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--deselect",
+               "tests/gpu/test_gpu_check.py::test_the_dry_run_runs_every_step_on_the_cpu"]
         try:
             import xdist  # noqa: F401 - the GPU image has pytest-xdist: 8 workers fit the 10-minute limit
 
