@@ -77,7 +77,8 @@ class Context:
         if budget <= 0:
             raise StepTimeout("no time left in the step's bound")
         child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+                                 # unbuffered: a process killed at the bound still leaves what it printed
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, start_new_session=True)
         try:
             output, _ = child.communicate(timeout=budget)
         except subprocess.TimeoutExpired:

@@ -127,7 +127,12 @@ def pytest_suite(ctx: Context) -> dict[str, Any]:
             cmd += ["-n", "8"]
         except ImportError:
             pass
-    done = ctx.run(cmd, log="pytest.log", check=False)
+    try:
+        done = ctx.run(cmd, log="pytest.log", check=False)
+    except StepTimeout:
+        # Cut at its bound: what pytest printed (the tests that ran, failures first with -n) still comes back.
+        shutil.copyfile(ctx.work / "logs" / "pytest.log", ctx.out / "pytest.log")
+        raise
     (ctx.out / "pytest.log").write_text(done.stdout)  # the whole log comes back with the report
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     numbers: dict[str, Any] = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)",
