@@ -262,7 +262,9 @@ def _as_float32_matrix(embeddings: Any) -> tuple[Any, bool]:
     x = np.ascontiguousarray(x, dtype=np.float32)
     # A NaN or an infinity always makes the sum non-finite; only then (or when the sum overflows) is every value
     # checked, which spares a full-size boolean array on every evaluation.
-    if not np.isfinite(x.sum()) and not np.isfinite(x).all():
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = x.sum()
+    if not np.isfinite(total) and not np.isfinite(x).all():
         raise RunError("the embeddings contain NaN or infinite values", where="evaluation input",
                        fix="check the model for a numerical failure (learning rate, loss scale)")
     return x, False

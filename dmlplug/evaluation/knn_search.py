@@ -37,16 +37,18 @@ def row_norms(x: Any) -> np.ndarray:
     is below the true sum by at most ``γ_{D+1} ≈ (D+1)·u`` of it (Higham §3.1; ``u`` = 2⁻²⁴), plus at most
     ``2⁻¹⁴⁹`` per square that falls into the subnormal range. These bounds only widen the certified error
     bound of :func:`~dmlplug.evaluation.knn.exact_knn` by about ``D·u``: the canonical result never depends on
-    them, only how many near-ties are re-ranked. Rows whose float32 sum overflows take the float64 path.
+    them, only how many near-ties are re-ranked. Rows whose float32 sum overflows are summed in float64 instead.
     """
     if not isinstance(x, np.ndarray):
         return sq_norms(x).sqrt().cpu().numpy()
     dim = x.shape[1]
-    sq = np.einsum("ij,ij->i", x, x).astype(np.float64)
+    with np.errstate(over="ignore"):  # an overflow is handled below
+        sq = np.einsum("ij,ij->i", x, x).astype(np.float64)
     bound = sq * (1.0 + 1.1 * (dim + 2) * 2.0**-24) + dim * 2.0**-149
     overflow = ~np.isfinite(sq)
-    if overflow.any():
-        bound[overflow] = np.einsum("ij,ij->i", x[overflow], x[overflow], dtype=np.float64)
+    if overflow.any():  # the same bound in float64 (u = 2⁻⁵³, doubled to cover the rounding of the sqrt)
+        sq64 = np.einsum("ij,ij->i", x[overflow], x[overflow], dtype=np.float64)
+        bound[overflow] = sq64 * (1.0 + (dim + 4) * 2.0**-52)
     return np.sqrt(bound)
 
 
