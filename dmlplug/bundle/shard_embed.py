@@ -78,8 +78,8 @@ def _embed_shards(info: Any, target: Path, images_dir: Path, out: Path, *, batch
                           where=str(target), fix="export the run first: dmlplug export RUN_DIR --out BUNDLE_DIR")
     paths = list_images(images_dir)
     check_destination(out, "sharded embedding")  # every rank sees the same folder: all fail, or none
-    distributed.barrier()  # nobody writes before every rank has checked that the folder was empty
     created = not out.exists()
+    distributed.barrier()  # nobody writes before every rank has checked the folder (and seen whether it exists)
     start, stop = shard_range(len(paths), batch_size, info.rank, info.world_size)
     file = out / shard_name(info.rank, info.world_size)
     record: dict[str, Any] = {"file": file.name, "first_image": start, "images": stop - start}
@@ -93,8 +93,10 @@ def _embed_shards(info: Any, target: Path, images_dir: Path, out: Path, *, batch
         _write_shard(file, embeddings, kept)
         record.update(rows=len(kept), skipped=len(failures), size=file.stat().st_size, sha256=file_sha256(file),
                       model_sha256=bundle.model_sha256, embedding_size=bundle.embedding_size)
-    except DmlplugError as exc:  # e.g. --strict and an unreadable image: every rank must hear of it
-        failure, record["error"] = exc, exc.render()
+    except (DmlplugError, OSError) as exc:  # e.g. --strict and an unreadable image: every rank must hear of it
+        failure = exc if isinstance(exc, DmlplugError) else BundleError(
+            f"cannot write shard {file}: {exc}", where=str(file), fix="check the disk space and permissions")
+        record["error"] = failure.render()
     records = _gather(record, info)
     errors = [(rank, r["error"]) for rank, r in enumerate(records) if "error" in r]
     if not errors and sum(r["rows"] for r in records) == 0:
