@@ -70,7 +70,8 @@ class Embedder:
         return np.concatenate(out).astype(np.float32)
 
     def embed_files(self, paths: Sequence[str], *, batch_size: int = 64, strict: bool = False,
-                    progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[str], list[Unreadable]]:
+                    progress: Callable[[int], None] | None = None,
+                    allow_empty: bool = False) -> tuple[np.ndarray, list[str], list[Unreadable]]:
         """Embed image files, skipping the unreadable ones (or failing on them with ``strict``).
 
         Args:
@@ -78,6 +79,8 @@ class Embedder:
             batch_size: Images per forward pass.
             strict: Fail at the first unreadable file instead of skipping it.
             progress: Called with the number of files done after each batch.
+            allow_empty: When no file can be read, return an empty ``0×0`` array instead of failing (a shard of
+                a larger folder may hold only unreadable files).
 
         Returns:
             ``(embeddings N×D, the N paths embedded, the unreadable files)``.
@@ -96,6 +99,8 @@ class Embedder:
             if progress is not None:
                 progress(len(batch.paths) + len(batch.failures))
         if not chunks:
+            if allow_empty:
+                return np.empty((0, 0), dtype=np.float32), kept, failures
             raise BundleError(f"none of the {len(paths)} images could be read", fix="check the image files")
         return np.concatenate(chunks).astype(np.float32), kept, failures
 

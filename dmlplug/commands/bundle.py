@@ -7,6 +7,7 @@ typer is imported here: torch comes with the command that runs, so ``dmlplug --h
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -145,13 +146,31 @@ def cmd_embed(
                                            metavar="BUNDLE_DIR|RUN_DIR")],
     images_dir: Annotated[Path, typer.Argument(help="Folder of images (searched recursively).",
                                                show_default=False)],
-    out: Annotated[Path, typer.Option("--out", help="The .npz file to write.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The .npz file to write; with --shards (or under torchrun) "
+                                      "the folder to create (new or empty).", show_default=False)],
     batch_size: BatchSize = 64, device: Device = "cpu", checkpoint: Checkpoint = "best", strict: Strict = False,
     quiet: Quiet = False,
+    shards: Annotated[bool, typer.Option("--shards", help="Write a sharded embedding folder (one shard per "
+                                         "process, and manifest.json); implied under torchrun. Needs a bundle.")]
+    = False,
 ) -> None:
-    """Embed every image under a folder (sorted paths) into an .npz with arrays `embeddings` and `paths`."""
+    """Embed every image under a folder (sorted paths) into an .npz with arrays `embeddings` and `paths`.
+
+    Under torchrun (`torchrun --nproc-per-node N -m dmlplug embed BUNDLE IMAGES --out DIR`), or with --shards,
+    each process embeds a disjoint block of the images into DIR/shard-RANK-of-N.npz and rank 0 writes
+    DIR/manifest.json once every shard exists; the shards in order equal the single-process .npz.
+    """
     import numpy as np
 
+    if shards or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        from dmlplug.bundle.shard_embed import embed_shards
+
+        manifest = embed_shards(target, images_dir, out, batch_size=batch_size, device=device, strict=strict,
+                                progress=lambda total, label: _progress(total, label, quiet), say=_say)
+        if os.environ.get("RANK", "0") == "0":
+            typer.echo(f"{manifest['total']} embeddings ({manifest['embedding_size']}-d) in "
+                       f"{manifest['world_size']} shards written to {out} (manifest.json)")
+        return
     from dmlplug.bundle.bundle import open_embedder
     from dmlplug.files import atomic_write
 

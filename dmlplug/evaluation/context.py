@@ -201,9 +201,11 @@ class EvalContext:
         return self._knn
 
     def _search(self, relevance: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        queries = self._rows(self.query_index[self.knn_queries]) if self.excluded_queries or \
-            not self.leave_one_out else self._rows(self.query_index)
         gallery = self._rows(self.gallery_index)
+        # Leave-one-out with every query kept searches the gallery in itself: one object, so the search can
+        # tell (their row norms are computed once).
+        queries = self._rows(self.query_index[self.knn_queries]) if self.excluded_queries or \
+            not self.leave_one_out else gallery
         width = int(self._depth.max()) if len(self._depth) else 1
         found, self.search_stats = exact_knn(
             queries, gallery, width, self_pos=self.self_pos[self.knn_queries], depth=self._depth,
@@ -258,7 +260,11 @@ def _as_float32_matrix(embeddings: Any) -> tuple[Any, bool]:
     if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
         raise DataError(f"embeddings must be real numbers, got dtype {x.dtype}", where="evaluation input")
     x = np.ascontiguousarray(x, dtype=np.float32)
-    if not np.isfinite(x).all():
+    # A NaN or an infinity always makes the sum non-finite; only then (or when the sum overflows) is every value
+    # checked, which spares a full-size boolean array on every evaluation.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = x.sum()
+    if not np.isfinite(total) and not np.isfinite(x).all():
         raise RunError("the embeddings contain NaN or infinite values", where="evaluation input",
                        fix="check the model for a numerical failure (learning rate, loss scale)")
     return x, False

@@ -93,7 +93,8 @@ def exact_knn(
     depth = np.full(num_q, k, dtype=np.int64) if depth is None else np.clip(np.asarray(depth), 1, k)
     searcher = Searcher(backend, gallery)
     q_norm = row_norms(queries)
-    g_norm_max = float(row_norms(gallery).max())
+    # Leave-one-out searches the embeddings in themselves: their norms are computed once.
+    g_norm_max = float((q_norm if gallery is queries else row_norms(gallery)).max())
     eps = _BOUND_FACTOR * (dim + 4) * _ROUNDOFF[backend] * (q_norm + g_norm_max) ** 2 + 1e-30
     # torch materialises a rows × G block (plus topk's copy); faiss works in small internal blocks.
     block_rows = max(1, budget_bytes // max(1, 12 * num_g)) if backend == "torch" else _MAX_QUERY_CHUNK
