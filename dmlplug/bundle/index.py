@@ -3,7 +3,7 @@
 The exact index (codec ``float32``) is a faiss ``IndexFlatIP`` (a torch file of the embeddings when faiss is
 missing); the others are the faiss indexes of :mod:`dmlplug.bundle.codecs`. Every index is built by one
 function, :func:`build_from`, from a gallery read chunk by chunk (:class:`MemoryGallery` here, the shards of a
-sharded embedding in :mod:`dmlplug.bundle.index_shards`), and records its recall@1 and recall@10 against exact
+sharded embedding through :mod:`dmlplug.bundle.index_shards`), and records its recall@1 and recall@10 against exact
 search measured on queries the index does not hold (a held-out sample of the gallery, see :func:`build_from`)
 and its bytes per vector, measured on the serialized index. Embeddings are unit length, so the inner product is
 the cosine similarity. Writing and reading index folders is :mod:`dmlplug.bundle.index_files`.

@@ -119,17 +119,11 @@ def _describe(info: dict[str, object]) -> str:
 
 def _shards_of(bundle: Bundle, source: Path) -> ShardGallery:
     """The shards of ``source``, checked to be embedded by ``bundle``'s model."""
-    from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index_shards import read_shards
+    from dmlplug.bundle.index_shards import shard_gallery
 
-    shards = read_shards(source)
-    if shards.model_sha256 != bundle.model_sha256 or shards.dim != bundle.embedding_size:
-        raise BundleError(f"the shards of {shards.manifest} were embedded by another model (sha256 "
-                          f"{shards.model_sha256[:16]}…, {shards.dim}-d) than the bundle {bundle.path} loads "
-                          f"(sha256 {bundle.model_sha256[:16]}…, {bundle.embedding_size}-d)",
-                          where=str(shards.manifest), fix="index them with the bundle that embedded them, or embed "
-                          "the gallery again with this bundle")
-    return shards
+    gallery = shard_gallery(source)
+    gallery.shards.check_bundle(bundle.model_sha256, bundle.embedding_size)
+    return gallery
 
 
 def cmd_index_add(
@@ -144,13 +138,13 @@ def cmd_index_add(
     from dmlplug.bundle.bundle import load_bundle
     from dmlplug.bundle.index_edit import add_items, rewrite
     from dmlplug.bundle.index_files import check_built_by, read_index
-    from dmlplug.bundle.index_shards import MANIFEST
+    from dmlplug.bundle.index_shards import is_sharded
 
     bundle = load_bundle(bundle_dir, device=device)
     index = read_index(index_dir)
     check_built_by(index, bundle)
     before = index.size
-    if source.suffix == ".json" or (source / MANIFEST).is_file():
+    if is_sharded(source):
         for _, vectors, paths in _shards_of(bundle, source).chunks():
             add_items(index, vectors, paths)
     elif source.is_file():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dmlplug
+from tests.shared.shards import write_shards
 
 pytest.importorskip("faiss")
 
@@ -90,15 +91,7 @@ def test_mistakes_of_index_are_one_clear_error_and_write_nothing(onnx_bundle, im
 
 
 def _shards(folder, embeddings, paths, model, bounds=(0, 10, 24)):
-    folder.mkdir()
-    entries = []
-    for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        name = f"shard-{i:05d}-of-{len(bounds) - 1:05d}.npz"
-        np.savez(folder / name, embeddings=embeddings[a:b], paths=np.asarray(paths[a:b], dtype=str))
-        entries.append({"file": name, "rows": b - a})
-    (folder / "manifest.json").write_text(json.dumps({"shards": entries, "total": len(paths), "model_sha256": model,
-                                                      "embedding_size": embeddings.shape[1]}))
-    return folder
+    return write_shards(folder, embeddings, paths, bounds, model)
 
 
 def test_an_index_from_shards_equals_the_index_of_the_images(onnx_bundle, image_folder, embedded, tmp_path, cli):
@@ -111,7 +104,7 @@ def test_an_index_from_shards_equals_the_index_of_the_images(onnx_bundle, image_
     assert a["files"] == b["files"]  # the same index, byte for byte
     other = _shards(tmp_path / "other", embeddings, paths, "0" * 64)
     _one_clear_error(cli("index", onnx_bundle, "--from-shards", other, "--out", tmp_path / "c", "-q"),
-                     "were embedded by another model")
+                     "were embedded by the model with sha256 000000000000")
     assert not (tmp_path / "c").exists()
 
 

@@ -15,7 +15,8 @@ from dmlplug.bundle.index import MemoryGallery, build_from, build_index, holdout
 from dmlplug.bundle.index_budget import choose, parse_budget
 from dmlplug.bundle.index_edit import add_items, edit_folder, remove_items
 from dmlplug.bundle.index_files import save_index
-from dmlplug.bundle.index_shards import read_shards
+from dmlplug.bundle.index_shards import shard_gallery
+from tests.shared.shards import write_shards
 
 faiss = pytest.importorskip("faiss")
 
@@ -140,22 +141,9 @@ def test_the_budget_picks_the_most_accurate_codec_that_fits():
         parse_budget("64 bits")
 
 
-def _write_shards(folder, gallery, paths, bounds, model="m" * 64, **overrides):
-    folder.mkdir(exist_ok=True)
-    entries = []
-    for i, (start, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        name = f"shard-{i:05d}-of-{len(bounds) - 1:05d}.npz"
-        np.savez(folder / name, embeddings=gallery[start:stop], paths=np.asarray(paths[start:stop], dtype=str))
-        entries.append({"file": name, "rows": stop - start})
-    manifest = {"shards": entries, "total": len(gallery), "embedding_size": gallery.shape[1], "model_sha256": model,
-                **overrides}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
-
-
 @pytest.mark.parametrize("codec", ["float32", "float16", "int8", "pq"])
 def test_shards_build_the_index_a_one_shot_build_gives(codec, tmp_path):
-    shards = read_shards(_write_shards(tmp_path / "s", GALLERY, PATHS, [0, 1000, 1700, 3000]))
+    shards = shard_gallery(write_shards(tmp_path / "s", GALLERY, PATHS, [0, 1000, 1700, 3000]))
     assert shards.size == 3000 and len(list(shards.chunks())) == 3
     one, sharded = build_index(GALLERY, PATHS, codec=codec), build_from(shards, codec)
     assert sharded.paths == one.paths and sharded.info == one.info
@@ -163,24 +151,19 @@ def test_shards_build_the_index_a_one_shot_build_gives(codec, tmp_path):
         assert [a.tolist() for a in sharded.search(QUERIES, k)] == [a.tolist() for a in one.search(QUERIES, k)]
 
 
-def test_bad_shards_are_one_clear_error(tmp_path):
-    base = _write_shards(tmp_path / "ok", GALLERY, PATHS, [0, 1500, 3000])
+def test_bad_shards_are_one_clear_error_before_any_build(tmp_path):
+    # The manifest checks themselves are tests/bundle/test_shards.py's; here: the index's gallery goes through them.
+    base = write_shards(tmp_path / "ok", GALLERY, PATHS, [0, 1500, 3000])
     manifest = json.loads((base / "manifest.json").read_text())
-    cases = [({**manifest, "shards": [{**manifest["shards"][0], "model_sha256": "x" * 64}, manifest["shards"][1]]},
-              "come from different models"),
-             ({**manifest, "embedding_size": 16}, "the manifest records 1500 rows of 16-d"),
-             ({**manifest, "total": 10}, "records 10 rows in all"),
-             ({**manifest, "shards": [*manifest["shards"], "shard-00009-of-00009.npz"]}, "is missing"),
-             ({"shards": []}, "is not a shard manifest")]
-    for changed, phrase in cases:
-        (base / "manifest.json").write_text(json.dumps(changed))
-        with pytest.raises(BundleError, match=phrase):
-            read_shards(base)
-    other = _write_shards(tmp_path / "other", _clustered(100, 16, 3, seed=5), PATHS[:100], [0, 100])
-    (base / "shard-00001-of-00002.npz").write_bytes((other / "shard-00000-of-00001.npz").read_bytes())
+    mixed = {**manifest, "shards": [{**manifest["shards"][0], "model_sha256": "x" * 64}, manifest["shards"][1]]}
+    (base / "manifest.json").write_text(json.dumps(mixed))
+    with pytest.raises(BundleError, match="shards of different models cannot be mixed"):
+        shard_gallery(base)
     (base / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match=r"holds embeddings of shape \(100, 16\)"):
-        read_shards(base / "manifest.json")
+    other = write_shards(tmp_path / "other", _clustered(100, 16, 3, seed=5), PATHS[:100], [0, 100])
+    (base / "shard-00001-of-00002.npz").write_bytes((other / "shard-00000-of-00001.npz").read_bytes())
+    with pytest.raises(BundleError, match="not the file the manifest records"):
+        shard_gallery(base / "manifest.json")
 
 
 @pytest.mark.parametrize("codec", ["float32", "float16", "int8", "binary", "pq", "ivf"])

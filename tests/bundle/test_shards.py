@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.index import load_index
 from dmlplug.bundle.shards import SHARD_MANIFEST, file_sha256, open_shards, read_shards, shard_name, shard_range
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def sharded(request, tmp_path_factory, image_folder):
     return bundle, single, out
 
 
-def test_two_torchrun_ranks_equal_one_process_bit_for_bit(sharded):
+def test_two_torchrun_ranks_equal_one_process_bit_for_bit(sharded, image_folder, tmp_path, cli):
     from dmlplug.bundle.bundle import load_bundle
 
     bundle_dir, single, out = sharded
@@ -96,6 +97,12 @@ def test_two_torchrun_ranks_equal_one_process_bit_for_bit(sharded):
     shards.check_bundle(bundle.model_sha256, bundle.embedding_size)
     with pytest.raises(BundleError, match="not by this bundle"):
         shards.check_bundle("0" * 64, bundle.embedding_size)
+    # What torchrun wrote is what `dmlplug index --from-shards` reads: the same index as from the images.
+    code, _, err = cli("index", bundle_dir, "--from-shards", out, "--out", tmp_path / "from-shards", "-q")
+    assert code == 0, err
+    code, _, err = cli("index", bundle_dir, image_folder, "--out", tmp_path / "from-images", "-q")
+    assert code == 0, err
+    assert load_index(tmp_path / "from-shards").paths == load_index(tmp_path / "from-images").paths
 
 
 def test_shards_flag_in_one_process_writes_one_shard(onnx_bundle, image_folder, tmp_path, cli):
