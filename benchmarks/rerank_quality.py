@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_speed import SETS, make_set  # noqa: E402  (the benchmarks folder is not a package)
 
 #: Methods compared, with the defaults of docs/reranking.md.
-METHODS = ["aqe", "dba", "krnn"]
+RERANK_METHODS = ["aqe", "dba", "krnn"]
 
 
 def glyph_embeddings(run: str | None, epochs: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -68,8 +68,8 @@ def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, f
     from dmlplug.evaluation.rerank_spec import parse_rerank
 
     evaluators = build_evaluators(["retrieval"])
-    times: dict[str, list[float]] = {name: [] for name in ["exact", *METHODS]}
-    ratios: dict[str, list[float]] = {name: [] for name in METHODS}
+    times: dict[str, list[float]] = {name: [] for name in ["exact", *RERANK_METHODS]}
+    ratios: dict[str, list[float]] = {name: [] for name in RERANK_METHODS}
     values: dict[str, dict[str, float]] = {}
     for _ in range(repeats):
         start = time.perf_counter()
@@ -78,7 +78,7 @@ def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, f
         exact = time.perf_counter() - start
         times["exact"].append(exact)
         values["exact"] = {"recall@1": plain["recall@1"], "map@r": plain["map@r"]}
-        for name in METHODS:
+        for name in RERANK_METHODS:
             start = time.perf_counter()
             got = rerank_metrics(evaluators, context, [parse_rerank(name)])
             spent = time.perf_counter() - start

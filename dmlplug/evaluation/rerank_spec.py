@@ -14,7 +14,7 @@ from typing import Any
 from dmlplug.errors import RecipeError, did_you_mean
 
 #: Parameters of each method: ``name -> (default, kind, lowest value, highest value or None)``.
-METHODS: dict[str, dict[str, tuple[float, type, float, float | None]]] = {
+RERANK_METHODS: dict[str, dict[str, tuple[float, type, float, float | None]]] = {
     # Radenović et al.: weights (q·d)^alpha over the query's n nearest gallery items.
     "aqe": {"n": (5, int, 1, None), "alpha": (3.0, float, 0.0, None)},
     # The same weighting applied to each gallery item's n nearest gallery items.
@@ -38,7 +38,7 @@ class RerankSpec:
 
     Attributes:
         name: ``aqe``, ``dba`` or ``krnn``.
-        params: Every parameter of the method (see :data:`METHODS`).
+        params: Every parameter of the method (see :data:`RERANK_METHODS`).
         label: What the metrics of this method are suffixed with (``recall@1+label``); the name by default.
     """
 
@@ -101,10 +101,10 @@ def _checked(name: str, raw: dict[str, Any], label: Any, where: str, *, from_tex
     if not isinstance(label, str) or not label or any(c in label for c in " +@/,:="):
         raise RecipeError(f"label {label!r} must be a non-empty word (none of ' +@/,:=')", where=where,
                           fix='e.g. label = "aqe3"')
-    if name not in METHODS:
-        raise RecipeError(f"unknown re-ranking method {name!r}{did_you_mean(name, METHODS)}", where=where,
+    if name not in RERANK_METHODS:
+        raise RecipeError(f"unknown re-ranking method {name!r}{did_you_mean(name, RERANK_METHODS)}", where=where,
                           fix=f"use one of: {SUMMARY}")
-    allowed = METHODS[name]
+    allowed = RERANK_METHODS[name]
     params: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in allowed:
