@@ -22,6 +22,7 @@ from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.files import write_json
+from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ STATE_FILE = "mlflow.json"
 RUN_DIR_TAG = "dmlplug.run_dir"
 #: Tag holding the resumes of the run: a JSON list of ``{"step", "timestamp"}`` (see :class:`MLflowLogger`).
 RESUMED_TAG = "dmlplug.resumed"
-#: Evaluation values that count items: ``eval/<split>/counts/<name>`` (as TensorBoard's text ``eval/<split>/counts``).
-BOOKKEEPING = frozenset({"excluded_queries"})
 #: MLflow's limits (mlflow.utils.validation): entries per log_batch call and characters of a parameter value.
 _BATCH, _PARAM_CHARS = 100, 6000
 _STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
@@ -77,7 +76,7 @@ class MLflowLogger:
         self.quiet = quiet
         self.client: Any = None  # an mlflow.MlflowClient, opened by on_run_start
         self.run_id: str | None = None
-        self._epoch_logged: tuple[int, int] | None = None  # (step, epoch) of the last ``epoch`` metric
+        self._epoch = EpochOnce()
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
@@ -171,24 +170,13 @@ class MLflowLogger:
     def on_step_end(self, run, step, losses):
         """``train/loss/<term>`` and ``epoch`` every ``run.log_every`` steps (one request)."""
         if step % run.recipe.run.log_every == 0:
-            values = {f"train/loss/{name}": value for name, value in losses.items()}
-            self._log_metrics({**values, **self._epoch(step, run.epoch)}, step)
-
-    def _epoch(self, step: int, epoch: int) -> dict[str, float]:
-        """``{"epoch": epoch}`` the first time at ``step`` (as TensorBoard's ``epoch`` scalar), else nothing."""
-        if self._epoch_logged == (step, epoch):
-            return {}
-        self._epoch_logged = (step, epoch)
-        return {"epoch": epoch}
+            self._log_metrics({**loss_values(losses), **self._epoch(step, run.epoch)}, step)
 
     @hookimpl
     def on_eval_end(self, run, epoch, split, metrics):
         """Metrics and counts at the global step; evaluator figures and retrieval pictures as artifacts."""
         step = run.step
-        values = self._epoch(step, epoch)
-        for name, value in metrics.items():
-            if isinstance(value, float | int):
-                values[f"eval/{split}/counts/{name}" if name in BOOKKEEPING else f"eval/{split}/{name}"] = value
+        values: dict[str, Any] = {**self._epoch(step, epoch), **eval_values(split, metrics)}
         self._log_metrics(values, step)
         if self.params.figures and run.eval_context is not None:
             self._log_figures(run, split, step)

@@ -6,13 +6,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
+from dmlplug_builtins.loggers.tracker_rows import BOOKKEEPING
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-#: Evaluation values that count items rather than measure the model: they go to the text record
-#: ``eval/<split>/counts`` and the hyper-parameters, not beside the metrics as scalars.
-BOOKKEEPING = frozenset({"excluded_queries"})
 
 
 class TensorBoardLogger:

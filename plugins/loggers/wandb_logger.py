@@ -22,6 +22,7 @@ from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.files import write_json
+from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,6 @@ STEP_KEY = "global_step"
 RUN_DIR_KEY, RUN_NAME_KEY, RESUMED_KEY = "dmlplug.run_dir", "dmlplug.run_name", "dmlplug.resumed"
 #: Summary key holding how the dmlplug run ended (``completed``, ``failed``, ``interrupted``).
 STATUS_KEY = "dmlplug.status"
-#: Evaluation values that count items: ``eval/<split>/counts/<name>`` (as TensorBoard's text ``eval/<split>/counts``).
-BOOKKEEPING = frozenset({"excluded_queries"})
 #: ``run.finish(exit_code=...)`` per dmlplug status: W&B marks a run with a non-zero code as failed.
 _EXIT_CODE = {"completed": 0, "failed": 1, "interrupted": 255}
 
@@ -67,7 +66,7 @@ class WandbLogger:
         self.params = params
         self.quiet = quiet
         self.wandb_run: Any = None  # a wandb Run, opened by on_run_start
-        self._epoch_logged: tuple[int, int] | None = None  # (step, epoch) of the last ``epoch`` value
+        self._epoch = EpochOnce()
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
@@ -127,15 +126,7 @@ class WandbLogger:
     def on_step_end(self, run, step, losses):
         """``train/loss/<term>`` and ``epoch`` every ``run.log_every`` steps (one row)."""
         if step % run.recipe.run.log_every == 0:
-            values = {f"train/loss/{name}": float(value) for name, value in losses.items()}
-            self._log({**values, **self._epoch(step, run.epoch)}, step)
-
-    def _epoch(self, step: int, epoch: int) -> dict[str, int]:
-        """``{"epoch": epoch}`` the first time at ``step`` (as TensorBoard's ``epoch`` scalar), else nothing."""
-        if self._epoch_logged == (step, epoch):
-            return {}
-        self._epoch_logged = (step, epoch)
-        return {"epoch": epoch}
+            self._log({**loss_values(losses), **self._epoch(step, run.epoch)}, step)
 
     @hookimpl
     def on_eval_end(self, run, epoch, split, metrics):
@@ -143,10 +134,7 @@ class WandbLogger:
         import wandb
 
         step = run.step
-        values: dict[str, Any] = dict(self._epoch(step, epoch))
-        for name, value in metrics.items():
-            if isinstance(value, float | int):
-                values[f"eval/{split}/counts/{name}" if name in BOOKKEEPING else f"eval/{split}/{name}"] = value
+        values: dict[str, Any] = {**self._epoch(step, epoch), **eval_values(split, metrics)}
         figures = []
         if self.params.figures and run.eval_context is not None:
             from dmlplug.evaluation.runner import collect_figures
