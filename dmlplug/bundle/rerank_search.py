@@ -41,7 +41,7 @@ def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
         source = index.index.vectors if codec == "binary" else index.index
         if codec == "ivf":
             # Labels may have gaps after index-remove: a hash table maps any label to its list entry (memory only).
-            faiss.extract_index_ivf(source).set_direct_map_type(faiss.DirectMap.Hashtable)
+            faiss.extract_index_ivf(source).set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
         live = np.array([label for label, path in enumerate(index.paths) if path is not None], dtype=np.int64)
         gallery = np.zeros((len(index.paths), int(index.dim)), dtype=np.float32)
         if len(live):

@@ -176,7 +176,7 @@ class MLflowLogger:
     def on_eval_end(self, run, epoch, split, metrics):
         """Metrics and counts at the global step; evaluator figures and retrieval pictures as artifacts."""
         step = run.step
-        values: dict[str, Any] = {**self._epoch(step, epoch), **eval_values(split, metrics)}
+        values = {**self._epoch(step, epoch), **eval_values(split, metrics)}
         self._log_metrics(values, step)
         if self.params.figures and run.eval_context is not None:
             self._log_figures(run, split, step)

@@ -134,7 +134,7 @@ class WandbLogger:
         import wandb
 
         step = run.step
-        values: dict[str, Any] = {**self._epoch(step, epoch), **eval_values(split, metrics)}
+        values = {**self._epoch(step, epoch), **eval_values(split, metrics)}
         figures = []
         if self.params.figures and run.eval_context is not None:
             from dmlplug.evaluation.runner import collect_figures
