@@ -182,3 +182,15 @@ def test_a_directory_holding_another_sweep_or_a_search_is_refused(tmp_path):
     assert [p.name for p in (tmp_path / "t").iterdir()] == ["tune.json"]
     result = cli("sweep", "report", tmp_path / "t")
     assert result.returncode == 2 and "is not a `dmlplug sweep` directory" in result.stderr
+
+
+def test_the_documented_sweep_file_is_the_shipped_one_and_validates():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "tune.md").read_text()
+    block = doc.split("```toml\n# recipes/tune/quickstart.sweep.toml\n", 1)[1].split("```", 1)[0]
+    shipped = root / "recipes" / "tune" / "quickstart.sweep.toml"
+    assert block.strip() in shipped.read_text()  # the file has a header comment above the same text
+    grid = load_grid(shipped)
+    assert len(grid.cells()) == 4 * 3 and grid.metric == "map@r"
