@@ -190,6 +190,7 @@ def work(study: Any, cells: Sequence[Cell], run_cell: Callable[[Cell], dict[str,
         echo: Where progress lines go.
         poll: Seconds between looks at other workers' cells while waiting.
     """
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     from dmlplug_builtins.tune.study import REASON_ATTR, WORKER_ATTR, worker_id
@@ -229,9 +230,13 @@ def work(study: Any, cells: Sequence[Cell], run_cell: Callable[[Cell], dict[str,
                 progress.failed.append(name)
                 echo(f"{name}: failed ({type(exc).__name__}: {what})")
                 continue
-        for metric, value in metrics.items():
-            storage.set_trial_user_attr(frozen._trial_id, METRIC_PREFIX + metric, float(value))
-        study.tell(frozen.number, 0.0)  # the study's objective is unused: a grid has nothing to optimise
+        try:
+            for metric, value in metrics.items():
+                storage.set_trial_user_attr(frozen._trial_id, METRIC_PREFIX + metric, float(value))
+            study.tell(frozen.number, 0.0)  # the study's objective is unused: a grid has nothing to optimise
+        except UpdateFinishedTrialError:  # taken for lost (a heartbeat missed for the grace period): its retry
+            echo(f"{name}: counted as lost while it ran; its retry stands for it")  # stands for it, not this run
+            continue
         progress.trained.append(name)
         echo(f"{name}: finished")
 

@@ -166,8 +166,8 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
     try:
         spec = SweepFile.model_validate(raw) if is_sweep_file else SweepFile(recipe=path.name)
         params = {k: ParamSpec.model_validate(v) for k, v in spec.params.items()}
-        for key, values in parse_grid(grid).items():
-            params[key] = ParamSpec(type="categorical", choices=values)
+        from_cli = {k: ParamSpec(type="categorical", choices=v) for k, v in parse_grid(grid).items()}
+        params.update(from_cli)
     except ValidationError as exc:
         first = exc.errors()[0]
         place = ".".join(str(p) for p in first["loc"])
@@ -196,9 +196,10 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
                                   fix="declare the parameter of the condition first")
         declared.append(key)
     validated = dmlplug.validate(str(space.recipe_path), list(overrides))  # the recipe as every run trains it
-    if not is_sweep_file:
-        space.path = Path("--grid")  # the values came from the command line: name it in the messages
-    check_space(space, list(overrides))
+    command_line = Space(path, SpaceFile(recipe=spec.recipe, params=from_cli))
+    command_line.path = Path("--grid")  # the values came from the command line: name it in the messages
+    check_space(command_line, list(overrides))
+    check_space(space, list(overrides))  # the file's keys (with their conditions, which may name --grid keys)
     metric = spec.sweep.metric or str(validated.recipe.evaluation.metric)
     return Grid(space, sorted(set(chosen)), metric, str(validated.recipe.evaluation.mode), list(overrides))
 

@@ -163,6 +163,7 @@ def test_cli_errors_exit_2_with_nothing_written(tmp_path):
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result
         assert folder is None or not (tmp_path / folder).exists()
+        assert "--grid" not in args or 'where: --grid: params."' in result.stderr  # names where the value came from
     assert "OK (2 configurations x 3 seeds" in cli("sweep", "validate", path).stdout
     assert "sweep of 2 configurations x 3 seeds" in cli("validate", path).stdout
 
@@ -194,3 +195,35 @@ def test_the_documented_sweep_file_is_the_shipped_one_and_validates():
     assert block.strip() in shipped.read_text()  # the file has a header comment above the same text
     grid = load_grid(shipped)
     assert len(grid.cells()) == 4 * 3 and grid.metric == "map@r"
+
+
+def test_a_cell_queued_twice_is_trained_once_and_a_lost_one_is_retried_once(tmp_path):
+    """The grid engine's two guards, in one process: a duplicate queued by two commands starting together is
+    dropped untrained; a running cell whose process is gone is failed, queued again once, and trained."""
+    import socket
+
+    from dmlplug.errors import RunError
+    from dmlplug_builtins.tune.grid import DUPLICATE_ATTR, Cell, open_grid_study, retried_numbers, work
+
+    study = open_grid_study(tmp_path, None, "grid", "identity")
+    cells = [Cell("a", {"x": 1}), Cell("b", {"x": 2}), Cell("c", {"x": 3})]
+    for cell in [*cells, cells[0]]:  # "a" queued by two commands
+        study.enqueue_trial({}, user_attrs={CELL_ATTR: cell.name, "values": cell.values})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process id that no longer runs: "c" was taken by a worker that died
+    lost = study.trials[2]
+    study._storage.set_trial_state_values(lost._trial_id, optuna.trial.TrialState.RUNNING)
+    study._storage.set_trial_user_attr(lost._trial_id, "worker", f"{socket.gethostname()}:{gone.pid}")
+    trained, lines = [], []
+    progress = work(study, cells, lambda c: trained.append(c.name) or {"m": float(c.values["x"])}, echo=lines.append)
+    assert sorted(trained) == ["a", "b", "c"] and progress.recovered == [2]
+    trials = study.get_trials()
+    duplicate = [t for t in trials if DUPLICATE_ATTR in t.user_attrs]
+    assert [(t.number, t.user_attrs[DUPLICATE_ATTR]) for t in duplicate] == [(3, 0)]
+    assert trials[2].state == optuna.trial.TrialState.FAIL and retried_numbers(trials) == {2}
+    standing = outcomes(trials)
+    assert {n: t.user_attrs["metric:m"] for n, t in standing.items()} == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert standing["c"].system_attrs["failed_trial"] == 2
+    assert work(study, cells, lambda c: pytest.fail("trained twice"), echo=lines.append).trained == []
+    with pytest.raises(RunError, match="belongs to another sweep"):
+        open_grid_study(tmp_path, None, "grid", "another identity")
