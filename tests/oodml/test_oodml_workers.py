@@ -1,6 +1,6 @@
 """``dmlplug oodml run --worker``: the (split, seed) runs of one ooDML sweep shared by several processes on the
 grid engine of ``dmlplug tune`` (issue #28 item 4), with the sweep directory's layout and ``oodml summarize``
-unchanged."""
+unchanged; on the journal file and on a real PostgreSQL server started here (tests/shared/postgres.py)."""
 
 import json
 import os
@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 from e2e import TINY_RECIPE
+from postgres import postgres_server, server_binaries
 
 from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, save_splits
 from dmlplug_builtins.oodml.sweep import STUDY, run_directory, run_sweep
@@ -99,3 +101,27 @@ def test_worker_runs_keep_the_layout_record_failures_and_meet_plain_runs(tmp_pat
     # The plain command over the same directory trains what no worker completed, as it always did.
     report = run_sweep(recipe, split_path, **options)
     assert calls == [("split-02", 1)] and report.restarted == [(2, 1)] and len(report.skipped) == 3
+
+
+@pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+def test_two_machines_share_one_sweep_through_postgresql(tmp_path):
+    """Two workers with their own --out directories (two machines) and one database: every (split, seed) is
+    trained once, in the directory of the worker that took it."""
+    splits = glyph_splits(tmp_path / "s.json")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with postgres_server() as url:
+        workers = [subprocess.Popen([sys.executable, "-m", "dmlplug", "oodml", "run", str(recipe), "--splits",
+                                     str(splits), "--seeds", "0,1", "--out", str(tmp_path / f"machine-{m}"),
+                                     "--device", "cpu", "--worker", "--storage", url],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                   for m in (1, 2)]
+        outputs = [w.communicate(timeout=900)[0] for w in workers]
+        assert all(w.returncode == 0 for w in workers), outputs
+        standing = outcomes(optuna.load_study(study_name=STUDY, storage=open_storage(tmp_path, url)).get_trials())
+    cells = {f"split-{i:02d}/seed-{s}" for i in (1, 2) for s in (0, 1)}
+    assert set(standing) == cells and all(t.state == State.COMPLETE for t in standing.values())
+    trained = {m: {c for c in cells if (tmp_path / f"machine-{m}" / c / "results.json").is_file()} for m in (1, 2)}
+    assert trained[1] | trained[2] == cells and not trained[1] & trained[2] and trained[1] and trained[2]
+    assert not (tmp_path / "machine-1" / "journal.log").exists()
