@@ -203,26 +203,30 @@ def test_a_cell_queued_twice_is_trained_once_and_a_lost_one_is_retried_once(tmp_
     import socket
 
     from dmlplug.errors import RunError
-    from dmlplug_builtins.tune.grid import DUPLICATE_ATTR, Cell, open_grid_study, retried_numbers, work
+    from dmlplug_builtins.tune.grid import DUPLICATE_ATTR, TAKEN_ATTR, Cell, open_grid_study, retried_numbers, work
 
     study = open_grid_study(tmp_path, None, "grid", "identity")
     cells = [Cell("a", {"x": 1}), Cell("b", {"x": 2}), Cell("c", {"x": 3})]
-    for cell in [*cells, cells[0]]:  # "a" queued by two commands
+    for cell in [*cells, cells[0], Cell("d", {"x": 4})]:  # "a" queued by two commands
         study.enqueue_trial({}, user_attrs={CELL_ATTR: cell.name, "values": cell.values})
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process id that no longer runs: "c" was taken by a worker that died
-    lost = study.trials[2]
-    study._storage.set_trial_state_values(lost._trial_id, optuna.trial.TrialState.RUNNING)
-    study._storage.set_trial_user_attr(lost._trial_id, "worker", f"{socket.gethostname()}:{gone.pid}")
+    dead = f"{socket.gethostname()}:{gone.pid}"
+    for number, mark in ((2, f"{dead}#2"), (4, f"{dead}#0")):  # "d" runs with a mark copied from another trial
+        trial_id = study.trials[number]._trial_id
+        study._storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING)
+        study._storage.set_trial_user_attr(trial_id, "worker", dead)
+        study._storage.set_trial_user_attr(trial_id, TAKEN_ATTR, mark)
     trained, lines = [], []
     progress = work(study, cells, lambda c: trained.append(c.name) or {"m": float(c.values["x"])}, echo=lines.append)
     assert sorted(trained) == ["a", "b", "c"] and progress.recovered == [2]
+    assert study.trials[4].state == optuna.trial.TrialState.RUNNING  # not its owner's mark: left alone
     trials = study.get_trials()
     duplicate = [t for t in trials if DUPLICATE_ATTR in t.user_attrs]
     assert [(t.number, t.user_attrs[DUPLICATE_ATTR]) for t in duplicate] == [(3, 0)]
     assert trials[2].state == optuna.trial.TrialState.FAIL and retried_numbers(trials) == {2}
     standing = outcomes(trials)
-    assert {n: t.user_attrs["metric:m"] for n, t in standing.items()} == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert {n: t.user_attrs.get("metric:m") for n, t in standing.items()} == {"a": 1.0, "b": 2.0, "c": 3.0, "d": None}
     assert standing["c"].system_attrs["failed_trial"] == 2
     assert work(study, cells, lambda c: pytest.fail("trained twice"), echo=lines.append).trained == []
     with pytest.raises(RunError, match="belongs to another sweep"):
