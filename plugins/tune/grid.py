@@ -209,8 +209,10 @@ def recover(study: Any) -> list[int]:
     if getattr(study._storage, "get_heartbeat_interval", lambda: None)():
         before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))}
         optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat
-        lost += [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
-                 if t.number not in before]
+        trials = study.get_trials(deepcopy=False)
+        retried = retried_numbers(trials)  # not a run that failed on its own meanwhile: those are not retried
+        lost += [t.number for t in trials if t.state == optuna.trial.TrialState.FAIL and t.number not in before
+                 and t.number in retried]
     return lost
 
 
