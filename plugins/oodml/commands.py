@@ -165,6 +165,12 @@ def cmd_oodml_run(
                                                                        "(repeatable); data.dataset.* keys go to "
                                                                        "the wrapped dataset.")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda (overrides run.device).")] = None,
+    worker: Annotated[bool, typer.Option("--worker", help="Share the runs with other worker processes (the "
+                                                          "journal file in --out, or --storage): each run once; "
+                                                          "stop when none is left to take.")] = False,
+    storage: Annotated[str | None, typer.Option(help="Database URL shared by workers on several machines "
+                                                     "(postgresql://user:pw@host/db); needs the tune "
+                                                     "extra.")] = None,
 ) -> None:
     """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
     from dmlplug_builtins.oodml.sweep import run_sweep
@@ -172,7 +178,7 @@ def cmd_oodml_run(
     report = run_sweep(recipe, splits, seeds=int_list(seeds, "--seeds"), sweep_dir=out,
                        overrides=list(set_ or []), device=device, part=part,
                        split_ids=int_list(split_ids, "--split-ids") if split_ids else None,
-                       echo=typer.echo)
+                       echo=typer.echo, storage=storage, worker=worker)
     typer.echo(f"sweep {out}: {len(report.ran)} run(s) trained, {len(report.skipped)} skipped (finished), "
                f"{len(report.restarted)} restarted; summarise with `dmlplug oodml summarize {out}`")
 

@@ -8,11 +8,14 @@ Layout of a sweep directory::
       split-01/recipe.toml     the recipe of split 1: its [data.dataset] wrapped in dataset "oodml_split"
       split-01/seed-0/         an ordinary run directory (results.json, metrics.jsonl, checkpoints …)
       split-01/seed-1/ …
+      journal.log              the runs' study when workers share them (--worker without --storage)
 
 A run counts as finished when its ``results.json`` says ``"status": "completed"``; running the sweep
 again skips finished runs and starts unfinished ones afresh, so an interrupted sweep continues where
-it stopped. The ``--set`` overrides name keys of the original recipe: those under ``data.dataset`` are
-moved to the wrapped dataset (``data.dataset.root`` becomes ``data.dataset.dataset.root``). Nothing here
+it stopped. With ``--worker`` (or ``--storage``) the (split, seed) runs are the cells of a grid study on the
+engine of ``dmlplug tune`` (:func:`run_on_study`), so several processes and machines share one sweep. The
+``--set`` overrides name keys of the original recipe: those under ``data.dataset`` are moved to the wrapped
+dataset (``data.dataset.root`` becomes ``data.dataset.dataset.root``). Nothing here
 imports torch at module level.
 """
 
@@ -36,6 +39,8 @@ SPLITS = "splits.json"
 RECIPE = "recipe.toml"
 PARTS = ("zero_shot", "few_shot_base")
 FORMAT = "dmlplug.oodml.sweep"
+#: The study of a sweep run by workers (``--worker``, ``--storage``).
+STUDY = "dmlplug-oodml"
 
 
 def run_directory(sweep_dir: str | Path, split_id: int, seed: int) -> Path:
@@ -128,6 +133,8 @@ def run_sweep(
     runner: Callable[..., Any] | None = None,
     check_data: bool = True,
     echo: Callable[[str], None] = print,
+    storage: str | None = None,
+    worker: bool = False,
 ) -> SweepReport:
     """Train and evaluate ``recipe`` on every split (or ``split_ids``) for every seed.
 
@@ -152,6 +159,9 @@ def run_sweep(
             device=, quiet=)``.
         check_data: Check every pending split's data before the first run.
         echo: Where progress lines go.
+        storage: A database URL shared by workers on several machines; with it, or with ``worker``, the runs
+            are the cells of a grid study (see :func:`run_on_study`).
+        worker: Join the sweep as one more worker: take runs no other worker took, stop when none is left.
 
     Raises:
         DataError: A requested split id is not in the file.
@@ -186,6 +196,10 @@ def run_sweep(
         pending = any(run_status(run_directory(sweep_dir, split_id, seed)) != "completed" for seed in seeds)
         if check_data and pending:
             check_split(wrapped, first_run, split_id)
+    if storage is not None:  # an unreachable database is an error before anything is written
+        from dmlplug_builtins.tune.study import open_storage
+
+        open_storage(Path(sweep_dir), storage)
     splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part)
     report = SweepReport(Path(sweep_dir))
     total = len(chosen) * len(seeds)
@@ -193,6 +207,9 @@ def run_sweep(
     split_paths = {split_id: write_split_recipe(split_recipe(base, splits_copy.resolve(), split_id, part),
                                                 Path(sweep_dir) / f"split-{split_id:02d}" / RECIPE, recipe)
                    for split_id in chosen}
+    if worker or storage is not None:
+        return run_on_study(report, chosen, seeds, split_paths, forwarded, storage=storage, worker=worker,
+                            device=device, quiet=quiet, runner=runner, echo=echo)
     for split_id in chosen:
         split_path = split_paths[split_id]
         for seed in seeds:
@@ -214,6 +231,57 @@ def run_sweep(
             report.seconds.append(time.perf_counter() - started)
             echo(f"[{done}/{total}] split {split_id} seed {seed}: finished in {report.seconds[-1]:.0f} s"
                  + remaining_time(report.seconds, total - done))
+    return report
+
+
+def run_on_study(report: SweepReport, split_ids: Sequence[int], seeds: Sequence[int], split_paths: dict[int, Path],
+                 forwarded: Sequence[str], *, storage: str | None, worker: bool, device: str | None, quiet: bool,
+                 runner: Callable[..., Any], echo: Callable[[str], None]) -> SweepReport:
+    """The sweep's (split, seed) runs as the cells of a grid study (``dmlplug_builtins.tune.grid``).
+
+    Any number of ``--worker`` processes (and machines, with a database ``storage``) share the runs: each is
+    trained exactly once, a lost worker's run is failed and trained again once; the journal file (default) is
+    ``SWEEP_DIR/journal.log``. A run directory already completed (by a plain ``oodml run``, say) is not trained
+    again. Without ``worker`` the command waits for the other workers' runs to end.
+    """
+    from dmlplug_builtins.tune.grid import Cell, open_grid_study, work
+
+    sweep_dir = report.sweep_dir
+    manifest = json.loads((sweep_dir / MANIFEST).read_text(encoding="utf-8"))
+    identity = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("recipe_text", "overrides", "part",
+                                                                       "splits_sha256")},
+                                         sort_keys=True).encode()).hexdigest()
+    study = open_grid_study(sweep_dir, storage, STUDY, identity)
+    cells = [Cell(run_directory("", i, s).as_posix(), {"split": int(i), "seed": int(s)}) for i in split_ids
+             for s in seeds]
+
+    def run_cell(cell: Cell) -> dict[str, float]:
+        split_id, seed = int(cell.values["split"]), int(cell.values["seed"])
+        directory = run_directory(sweep_dir, split_id, seed)
+        if run_status(directory) != "completed":
+            if directory.exists():
+                shutil.rmtree(directory)  # an unfinished run of this cell (its worker died): ours to replace
+                report.restarted.append((split_id, seed))
+            split_path = split_paths.get(split_id)
+            if split_path is None:  # a split another worker queued
+                split_path = write_split_recipe(split_recipe(base_recipe(manifest["recipe"]),
+                                                             (sweep_dir / SPLITS).resolve(), split_id,
+                                                             manifest["part"]),
+                                                sweep_dir / f"split-{split_id:02d}" / RECIPE, manifest["recipe"])
+            started = time.perf_counter()
+            runner(split_path, [*forwarded, f"run.seed={seed}"], out=directory, device=device, quiet=quiet)
+            status = run_status(directory)
+            if status != "completed":
+                raise RunError(f"the run of split {split_id} seed {seed} ended {status or 'without results'}",
+                               where=str(directory))
+            report.ran.append((split_id, seed))
+            report.seconds.append(time.perf_counter() - started)
+        else:
+            report.skipped.append((split_id, seed))
+        results = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+        return {k: float(v) for k, v in results.get("metrics", {}).items() if isinstance(v, (int, float))}
+
+    work(study, cells, run_cell, wait=not worker, echo=echo)
     return report
 
 

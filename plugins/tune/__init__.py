@@ -4,12 +4,14 @@ It registers
 
 * dataset ``tune_fold``: any registered dataset's training classes dealt into ``k`` class-disjoint folds, fold
   ``i`` validating (its test classes are dropped: a search never sees them);
-* the commands ``dmlplug tune run | validate | report``, and ``dmlplug validate NAME.space.toml`` (hook
+* the commands ``dmlplug tune run | validate | report`` and ``dmlplug sweep run | validate | report`` (a grid of
+  values and seeds, :mod:`.sweep`), and ``dmlplug validate NAME.space.toml | NAME.sweep.toml`` (hook
   ``validate_file``).
 
 Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.study` (storage,
 sampler, pruner, lost workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop,
-reproductions), :mod:`.report` and :mod:`.commands`. Neither torch nor optuna is imported here. See docs/tune.md.
+reproductions), :mod:`.report`, :mod:`.grid` (a fixed grid of runs on a study: ``sweep``, ``oodml run --worker``),
+:mod:`.sweep`, :mod:`.sweep_report` and :mod:`.commands`. Neither torch nor optuna is imported here. See docs/tune.md.
 """
 
 from __future__ import annotations
@@ -81,11 +83,22 @@ def register_commands(app: Any) -> None:
     group.command("validate")(commands.cmd_tune_validate)
     group.command("report")(commands.cmd_tune_report)
     app.add_typer(group, name="tune")
+    sweep = typer.Typer(help="A recipe over a grid of values and seeds on the engine of `dmlplug tune` "
+                             "(docs/tune.md).", no_args_is_help=True)
+    sweep.command("run")(commands.cmd_sweep_run)
+    sweep.command("validate")(commands.cmd_sweep_validate)
+    sweep.command("report")(commands.cmd_sweep_report)
+    app.add_typer(sweep, name="sweep")
 
 
 @hookimpl
 def validate_file(path: Path, overrides: list[str]) -> str | None:
-    """``dmlplug validate NAME.space.toml``: check a search space against its recipe (keys, bounds, choices)."""
+    """``dmlplug validate NAME.space.toml`` or ``NAME.sweep.toml``: check a space or grid against its recipe."""
+    if path.name.endswith(".sweep.toml"):
+        from dmlplug_builtins.tune.sweep import load_grid
+
+        grid = load_grid(path, overrides=list(overrides))
+        return f"sweep of {len(grid.configurations())} configurations x {len(grid.seeds)} seeds over {grid.recipe_path}"
     if not path.name.endswith(".space.toml"):
         return None
     from dmlplug_builtins.tune.space import check_space, load_space

@@ -57,3 +57,55 @@ def cmd_tune_report(
     from dmlplug_builtins.tune.report import write_report
 
     typer.echo(write_report(dirs, storage=storage, out=out))
+
+
+def cmd_sweep_run(
+    target: Annotated[str, typer.Argument(help="A sweep file (NAME.sweep.toml: recipe, seeds, values) or a "
+                                               "recipe (with --grid).")],
+    dir_: Annotated[str, typer.Option("--dir", help="The sweep directory (runs/<configuration>/seed-S, the "
+                                                    "journal file).")],
+    grid: Annotated[list[str] | None, typer.Option("--grid", help="KEY=V1,V2,... : values of a recipe key "
+                                                                  "(repeatable; added to the file's grid).")]
+    = None,
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated run seeds (replace the file's; "
+                                                   "default 0).")] = None,
+    storage: Annotated[str | None, typer.Option(help="Database URL shared by workers on several machines "
+                                                     "(postgresql://user:pw@host/db); default: the journal "
+                                                     "file in --dir.")] = None,
+    worker: Annotated[bool, typer.Option("--worker", help="Join as one more worker: stop when no run is left to "
+                                                          "take, without waiting for the others.")] = False,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value for every run "
+                                                                 "(repeatable).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda for every run.")] = None,
+) -> None:
+    """Train a recipe over a grid of values and seeds, each run once; resumable, shareable by workers."""
+    from dmlplug_builtins.tune.sweep import sweep
+
+    sweep(target, dir_, grid=list(grid or []), seeds=seeds, storage=storage, overrides=list(set_ or []),
+          device=device, worker=worker, echo=typer.echo)
+
+
+def cmd_sweep_validate(
+    target: Annotated[str, typer.Argument(help="A sweep file (NAME.sweep.toml) or a recipe (with --grid).")],
+    grid: Annotated[list[str] | None, typer.Option("--grid", help="KEY=V1,V2,... (repeatable).")] = None,
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated run seeds.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value (repeatable).")] = None,
+) -> None:
+    """Check a grid against its recipe (keys, the fields' bounds, every value) without running anything."""
+    from dmlplug_builtins.tune.sweep import load_grid
+
+    checked = load_grid(target, list(grid or []), seeds, list(set_ or []))
+    typer.echo(f"{target}: OK ({len(checked.configurations())} configurations x {len(checked.seeds)} seeds, "
+               f"recipe {checked.recipe_path})")
+
+
+def cmd_sweep_report(
+    sweep_dir: Annotated[str, typer.Argument(help="The sweep directory.")],
+    storage: Annotated[str | None, typer.Option(help="The database URL the sweep is in (default: the journal "
+                                                     "file of the directory).")] = None,
+    out: Annotated[str | None, typer.Option(help="Folder of the report files (default: DIR/report).")] = None,
+) -> None:
+    """Per configuration each metric's mean ± t-based 95% CI over seeds, and the best one as a recipe."""
+    from dmlplug_builtins.tune.sweep_report import write_report
+
+    typer.echo(write_report(sweep_dir, storage=storage, out=out))

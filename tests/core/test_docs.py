@@ -239,11 +239,12 @@ def _merge_into_quickstart(block: dict) -> dict:
 #: TOML blocks that name components of a plugin the docs create (validated with the plugin installed by
 #: test_tutorial_commands_run).
 PLUGIN_TOML = {"docs/tutorial-first-loss-plugin.md"}
-#: A block that starts with ``# <path>.space.toml`` is a search space of `dmlplug tune`, not a recipe fragment
-#: (tests/tune/test_tune_space.py checks it is the shipped space file, which that test validates).
+#: A block that starts with ``# <path>.space.toml`` (``.sweep.toml``) is a search space of `dmlplug tune` (a grid of
+#: `dmlplug sweep`), not a recipe fragment (tests/tune/test_tune_space.py and test_sweep.py check it is the
+#: shipped file, which they validate).
 DOC_TOML = [(f"{p.relative_to(ROOT)}#{i}", body) for p in DOCS for i, (lang, body) in enumerate(_code_blocks(p))
             if lang == "toml" and str(p.relative_to(ROOT)) not in PLUGIN_TOML
-            and not re.match(r"# \S+\.space\.toml\n", body)]
+            and not re.match(r"# \S+\.(space|sweep)\.toml\n", body)]
 
 
 @pytest.mark.parametrize("body", [b for _, b in DOC_TOML], ids=[w for w, _ in DOC_TOML])
