@@ -17,7 +17,6 @@ import pytest
 from e2e import TINY_RECIPE, sigkill_when
 from stalling import STALL_AFTER_EVAL
 
-from dmlplug.errors import RecipeError
 from dmlplug_builtins.loggers.mlflow_logger import RESUMED_TAG, RUN_DIR_TAG, metric_key, param_value
 
 
@@ -44,29 +43,6 @@ def test_metric_keys_and_param_values_are_what_mlflow_accepts():
     assert metric_key("train/lr/backbone") == "train/lr/backbone"
     assert param_value([1, 2]) == "[1, 2]" and param_value(None) == "null" and param_value(True) == "true"
     assert param_value("x" * 7000).endswith("...") and len(param_value("x" * 7000)) == 6000
-
-
-def test_missing_mlflow_fails_at_validation(monkeypatch):
-    import dmlplug
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    with pytest.raises(RecipeError) as info:
-        dmlplug.validate(json.loads(json.dumps(_toml(TINY_RECIPE + '[[loggers]]\nname = "mlflow"\n'))))
-    message = info.value.render()
-    assert "loggers[1]" in message and "not installed" in message and 'pip install "dmlplug[mlflow]"' in message
-
-
-def test_missing_mlflow_fails_dmlplug_validate_without_traceback(tmp_path):
-    recipe = tmp_path / "tracked.toml"
-    recipe.write_text(TINY_RECIPE + '[[loggers]]\nname = "mlflow"\n')
-    # sys.modules["mlflow"] = None: importlib.util.find_spec("mlflow") is None, as when it is not installed.
-    code = "import sys; sys.modules['mlflow'] = None; from dmlplug.cli import main; main(sys.argv[1:])"
-    proc = subprocess.run([sys.executable, "-c", code, "validate", str(recipe)], capture_output=True, text=True,
-                          timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "Traceback" not in out
-    assert "mlflow" in out and 'dmlplug[mlflow]' in out and "not installed" in out
 
 
 def _toml(text):

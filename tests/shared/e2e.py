@@ -77,14 +77,22 @@ class SigtermAtStep:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def sigkill_when(child, marker, *, what="no mid-epoch checkpoint appeared", timeout=300):
-    """SIGKILL the subprocess ``child`` as soon as the file ``marker`` exists (it fails the test if none comes)."""
+def sigkill_when(child, ready, *, what="no mid-epoch checkpoint appeared", timeout=300):
+    """SIGKILL the subprocess ``child`` as soon as ``ready`` holds (it fails the test if it never does).
+
+    Args:
+        child: A ``subprocess.Popen`` with ``stderr=PIPE`` (shown when it ends on its own).
+        ready: A file that must exist, or a function returning True once the child may be killed.
+        what: The failure message when ``timeout`` seconds pass first.
+        timeout: Seconds to wait.
+    """
     import signal
     import time
 
+    check = ready if callable(ready) else ready.exists
     try:
         deadline = time.time() + timeout
-        while not marker.exists():
+        while not check():
             assert child.poll() is None, child.stderr.read()
             assert time.time() < deadline, what
             time.sleep(0.2)
