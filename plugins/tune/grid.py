@@ -18,7 +18,6 @@ failed with the user attribute ``duplicate_of`` and counted nowhere.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import warnings
@@ -35,8 +34,6 @@ VALUES_ATTR = "values"
 DUPLICATE_ATTR = "duplicate_of"
 METRIC_PREFIX = "metric:"
 IDENTITY_ATTR = "dmlplug_grid"
-#: ``host:pid#number``: which process took the trial (a retry's copy of its lost trial's mark names another number).
-TAKEN_ATTR = "taken"
 
 
 @dataclass(frozen=True)
@@ -130,52 +127,23 @@ def _duplicate_of(study: Any, trial: Any) -> int | None:
 def _take(study: Any) -> Any | None:
     """Take one waiting trial (the storage lets exactly one worker change it to RUNNING); None when none wait.
 
-    The taker then writes ``host:pid#number`` on it (:data:`TAKEN_ATTR`): a retry arrives with the lost trial's
-    user attributes, the dead worker's mark among them, which names another trial number and so is never
-    taken for this trial's owner.
+    The taker then marks it (:func:`~dmlplug_builtins.tune.study.take_mark`), so that its death is noticed.
     """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    from dmlplug_builtins.tune.study import WORKER_ATTR, worker_id
+    from dmlplug_builtins.tune.study import TAKEN_ATTR, WORKER_ATTR, take_mark, worker_id
 
     storage = study._storage
     for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         try:
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
                 storage.set_trial_user_attr(trial._trial_id, WORKER_ATTR, worker_id())
-                storage.set_trial_user_attr(trial._trial_id, TAKEN_ATTR, f"{worker_id()}#{trial.number}")
+                storage.set_trial_user_attr(trial._trial_id, TAKEN_ATTR, take_mark(trial.number))
                 return storage.get_trial(trial._trial_id)
         except UpdateFinishedTrialError:
             continue
     return None
-
-
-def _recover_dead_processes(study: Any) -> list[int]:
-    """Fail the running cells of dead processes on this machine and queue each again once (any storage)."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-    from optuna.trial import TrialState
-
-    from dmlplug_builtins.tune.study import REASON_ATTR, _alive
-
-    host, storage, lost = socket.gethostname(), study._storage, []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner, _, number = str(trial.user_attrs.get(TAKEN_ATTR, "")).rpartition("#")
-        name, _, pid = owner.rpartition(":")
-        if number != str(trial.number) or name != host or not pid.isdigit() or _alive(int(pid)):
-            continue
-        try:
-            # Two workers may find it together: the storage lets one fail it, and only that one queues the retry.
-            storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, f"worker {owner} died")
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except UpdateFinishedTrialError:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
-            RetryHeartbeatStaleTrialCallback(max_retry=1)(study, storage.get_trial(trial._trial_id))
-        lost.append(int(trial.number))
-    return lost
 
 
 @contextmanager
@@ -205,7 +173,9 @@ def recover(study: Any) -> list[int]:
     """Fail and queue again (once) the running trials of dead workers; returns their numbers."""
     import optuna
 
-    lost = _recover_dead_processes(study)  # this machine's dead processes, on any storage
+    from dmlplug_builtins.tune.study import recover_lost_trials
+
+    lost = recover_lost_trials(study)  # this machine's dead processes, on any storage
     if getattr(study._storage, "get_heartbeat_interval", lambda: None)():
         before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))}
         optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat

@@ -33,6 +33,8 @@ HEARTBEAT = 10
 GRACE = 30
 #: User attributes of a trial.
 WORKER_ATTR = "worker"
+#: ``host:pid#number`` of the process that took the trial (:func:`take_mark`).
+TAKEN_ATTR = "taken"
 REASON_ATTR = "fail_reason"
 SPACE_ATTR = "dmlplug_space"
 
@@ -146,27 +148,34 @@ def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | Non
     return study
 
 
-def recover_lost_trials(study: Any) -> list[int]:
-    """Fail the RUNNING trials of dead workers on this machine and retry each once; returns their numbers.
+def take_mark(number: int) -> str:
+    """``host:pid#number``: written on a trial by the process that takes it (:data:`TAKEN_ATTR`).
 
-    Database storages do this through the heartbeat (any machine); the journal file has no heartbeat, so a
-    worker starting on the machine checks the process ids recorded in the trials instead.
+    A lost trial's retry arrives with its user attributes, the dead worker's mark among them; that mark names
+    the lost trial's number, not the retry's, so the retry is never taken for lost before its new owner marks it.
+    """
+    return f"{worker_id()}#{number}"
+
+
+def recover_lost_trials(study: Any) -> list[int]:
+    """Fail the RUNNING trials of dead processes on this machine and retry each once; returns their numbers.
+
+    Database storages also do this through the heartbeat (any machine); the journal file has no heartbeat, so a
+    worker starting on the machine checks the process ids of the marks (:func:`take_mark`) instead.
     """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
-    host = socket.gethostname()
-    lost = []
+    host, storage, lost = socket.gethostname(), study._storage, []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = str(trial.user_attrs.get(WORKER_ATTR, ""))
+        owner, _, number = str(trial.user_attrs.get(TAKEN_ATTR, "")).rpartition("#")
         name, _, pid = owner.rpartition(":")
-        if name != host or not pid.isdigit() or _alive(int(pid)):
+        if number != str(trial.number) or name != host or not pid.isdigit() or _alive(int(pid)):
             continue
-        storage = study._storage
         try:
-            # Two workers starting together may both find the trial: the storage lets one of them fail it (the
-            # other gets UpdateFinishedTrialError), and only that one queues the retry.
+            # Two workers may find it together: the storage lets one fail it (the other gets
+            # UpdateFinishedTrialError), and only that one queues the retry.
             storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, f"worker {owner} died")
             storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         except UpdateFinishedTrialError:
@@ -174,7 +183,7 @@ def recover_lost_trials(study: Any) -> list[int]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
             RetryHeartbeatStaleTrialCallback(max_retry=1)(study, storage.get_trial(trial._trial_id))
-        lost.append(trial.number)
+        lost.append(int(trial.number))
     return lost
 
 

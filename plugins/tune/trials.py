@@ -101,9 +101,10 @@ def objective(trial: Any, **kwargs: Any) -> float:
     import optuna
 
     from dmlplug_builtins.tune.space import suggest
-    from dmlplug_builtins.tune.study import REASON_ATTR, WORKER_ATTR, worker_id
+    from dmlplug_builtins.tune.study import REASON_ATTR, TAKEN_ATTR, WORKER_ATTR, take_mark, worker_id
 
     trial.set_user_attr(WORKER_ATTR, worker_id())
+    trial.set_user_attr(TAKEN_ATTR, take_mark(trial.number))
     values = suggest(trial, kwargs.pop("space"))
     try:
         return run_trial(trial, values=values, **kwargs)

@@ -203,7 +203,8 @@ def test_a_cell_queued_twice_is_trained_once_and_a_lost_one_is_retried_once(tmp_
     import socket
 
     from dmlplug.errors import RunError
-    from dmlplug_builtins.tune.grid import DUPLICATE_ATTR, TAKEN_ATTR, Cell, open_grid_study, retried_numbers, work
+    from dmlplug_builtins.tune.grid import DUPLICATE_ATTR, Cell, open_grid_study, retried_numbers, work
+    from dmlplug_builtins.tune.study import TAKEN_ATTR
 
     study = open_grid_study(tmp_path, None, "grid", "identity")
     cells = [Cell("a", {"x": 1}), Cell("b", {"x": 2}), Cell("c", {"x": 3})]
