@@ -97,7 +97,8 @@ class TorchrunRunner:
         log_path = out.parent / f"{out.name}.torchrun.log"
         with open(log_path, "w", encoding="utf-8") as log:
             process = subprocess.Popen(self.command(recipe, overrides, out, device, quiet), stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_own_group)
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                       preexec_fn=_death_signal())
             try:
                 self._watch(process, out / "metrics.jsonl", hooks)
             except BaseException:  # pruned, interrupted: the job must not outlive its trial
@@ -202,10 +203,19 @@ def _reap_group(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
 
 
-def _own_group() -> None:
-    """In the child before exec: a process group of its own, and SIGTERM when the tune worker dies (Linux)."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _death_signal() -> Any:
+    """A function for the child before exec: SIGTERM to it when the tune worker dies (Linux; else ``None``).
 
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    libc is loaded here, in the parent: between fork and exec the child only makes the one ``prctl`` call
+    (``preexec_fn`` runs in the forked child, where loading a library could deadlock on another thread's lock).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def child() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return child
