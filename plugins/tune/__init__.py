@@ -10,8 +10,9 @@ It registers
 
 Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.study` (storage,
 sampler, pruner, lost workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop,
-reproductions), :mod:`.report`, :mod:`.grid` (a fixed grid of runs on a study: ``sweep``, ``oodml run --worker``),
-:mod:`.sweep`, :mod:`.sweep_report` and :mod:`.commands`. Neither torch nor optuna is imported here. See docs/tune.md.
+reproductions), :mod:`.launch` (a fold run as a torchrun job), :mod:`.report`, :mod:`.grid` (a fixed grid of
+runs on a study: ``sweep``, ``oodml run --worker``), :mod:`.sweep`, :mod:`.sweep_report` and :mod:`.commands`.
+Neither torch nor optuna is imported here. See docs/tune.md.
 """
 
 from __future__ import annotations

@@ -27,12 +27,15 @@ def cmd_tune_run(
     set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value for every run "
                                                                  "(repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda for every run.")] = None,
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1,
+                                                help="Run every fold and reproduction as a torchrun job of N "
+                                                     "processes (one machine, --standalone).")] = 1,
 ) -> None:
     """Search the space with k-fold cross-validation on the training classes; resumable, shareable by workers."""
     from dmlplug_builtins.tune.tune import tune
 
     tune(space, dir_, trials=trials, storage=storage, overrides=list(set_ or []), device=device,
-         reproductions=0 if worker else reproductions, echo=typer.echo)
+         reproductions=0 if worker else reproductions, echo=typer.echo, nproc_per_node=nproc_per_node)
 
 
 def cmd_tune_validate(

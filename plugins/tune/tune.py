@@ -74,8 +74,11 @@ def _metric_names(validated: Any) -> list[str]:
 
 def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: str | None = None,
          overrides: Sequence[str] = (), device: str | None = None, reproductions: int = 0,
-         echo: Callable[[str], None] = print, runner: Any = None) -> Any:
+         echo: Callable[[str], None] = print, runner: Any = None, nproc_per_node: int = 1) -> Any:
     """Run trials until the study has ``trials`` counted ones, then reproduce the best configuration.
+
+    With ``nproc_per_node`` above 1 every fold run and reproduction is a torchrun job of that many processes
+    (:mod:`.launch`).
 
     Returns:
         The Optuna study.
@@ -87,6 +90,11 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     if space.settings.sampler == "grid":  # every combination once: a grid has no more trials to give
         trials = min(trials, math.prod(len(p.choices or ()) for p in space.params.values()))
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    if nproc_per_node > 1 and runner is None:
+        from dmlplug_builtins.tune.launch import TorchrunRunner, check_world
+
+        check_world(directory / "recipe.toml", manifest["forwarded"], nproc_per_node)
+        runner = TorchrunRunner(nproc_per_node)
     study = open_study(directory, space, identity, storage)
     for number in recover_lost_trials(study):
         echo(f"trial {number}: its worker died; marked failed and queued again once")
