@@ -30,9 +30,11 @@ thread pools that each spin while the other works was several times slower on a 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +58,6 @@ def symmetric_knn(x: np.ndarray, k: int, *, threads: int, budget_bytes: int) -> 
         ``N×k`` float32 squared distances (ascending, clamped at 0 like faiss's) and ``N×k`` int64 positions.
     """
     import faiss
-    from threadpoolctl import threadpool_limits
 
     n = x.shape[0]
     threads = max(1, min(int(threads), 64))
@@ -95,9 +96,13 @@ def symmetric_knn(x: np.ndarray, k: int, *, threads: int, budget_bytes: int) -> 
             with lock:
                 errors.append(exc)
 
-    with threadpool_limits(limits=1, user_api="blas"):
-        if threads == 1:
-            work(heaps[0])
+    with _serial_blas():
+        if threads == 1:  # in this thread: its OpenMP setting is put back afterwards
+            before = faiss.omp_get_max_threads()
+            try:
+                work(heaps[0])
+            finally:
+                faiss.omp_set_num_threads(before)
         else:
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 list(pool.map(work, heaps))
@@ -113,10 +118,22 @@ def symmetric_knn(x: np.ndarray, k: int, *, threads: int, budget_bytes: int) -> 
     return dist, idx
 
 
+def _serial_blas() -> contextlib.AbstractContextManager[object]:
+    """Single-threaded BLAS while the blocks are multiplied.
+
+    threadpoolctl comes with scikit-learn; without it BLAS keeps its threads: slower, the same result.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 class _Heaps:
     """One bounded max-heap per row (faiss's ``float_maxheap_array_t``) over numpy storage."""
 
-    def __init__(self, faiss, n: int, k: int):  # noqa: ANN001  (the faiss module, imported lazily)
+    def __init__(self, faiss: Any, n: int, k: int):  # faiss: the module, imported lazily
         self.faiss = faiss
         self.dist = np.empty((n, k), dtype=np.float32)
         self.idx = np.empty((n, k), dtype=np.int64)

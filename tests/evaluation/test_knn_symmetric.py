@@ -55,7 +55,9 @@ def test_symmetric_lists_are_a_true_top_k_within_the_error_bound(threads):
     x, _ = _tied_set(seed=1, dim=24)
     k = 11
     # A 4 KiB budget makes 16-row blocks: 19 block rows, the last one partial.
+    before = faiss.omp_get_max_threads()
     dist, idx = symmetric_knn(x, k, threads=threads, budget_bytes=4096)
+    assert faiss.omp_get_max_threads() == before  # the caller's thread setting is left as it was
     x64 = x.astype(np.float64)
     true = ((x64[:, None, :] - x64[None, :, :]) ** 2).sum(-1)
     norms = np.linalg.norm(x64, axis=1)
