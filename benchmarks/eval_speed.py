@@ -13,9 +13,15 @@ Usage::
     python benchmarks/eval_speed.py --sets gallery1m --budget-mb 512
     python benchmarks/eval_speed.py --sets cub --repeats 5   # alternate the variants 5 times, medians
     python benchmarks/eval_speed.py --quick                  # smoke run: cub, one repeat
+    python benchmarks/eval_speed.py --sets sop128 --no-pml --no-torch   # dmlplug against the floor only
+    python benchmarks/eval_speed.py --sets cub --threads 1   # one thread: CPU time, less disturbed by load
 
 Variants run alternately (dmlplug, PML, faiss, dmlplug on a torch tensor with the torch backend, ...) and
-each time is the median over ``--repeats`` rounds, so a loaded machine slows all of them alike.
+each time is the median over ``--repeats`` rounds, so a loaded machine slows all of them alike. Every worker
+reports its wall time and its process CPU time; ``--threads N`` caps faiss, BLAS and torch at N threads
+(``--threads 1``: the CPU time is the work done, which a shared machine disturbs far less than wall time).
+``--no-pml`` leaves PML out (it needs ~7.5 GB and minutes on the SOP-size sets); values are then compared
+with the torch-backend variant's, which must be identical, unless ``--no-torch`` leaves that out too.
 
 The ``gallery1m`` set is a query/gallery evaluation (2,000 queries, 1,000,000 gallery items, D=128)
 run by dmlplug only, within the given memory budget.
@@ -69,18 +75,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict:
+def worker(kind: str, data: Path, queries: int, budget_mb: float | None, threads: int | None) -> dict:
     x = np.load(data / "x.npy")
     y = np.load(data / "y.npy")
+    if threads:
+        import faiss
+        import torch
+
+        faiss.omp_set_num_threads(threads)
+        torch.set_num_threads(threads)
     if kind == "faiss":
         import faiss
 
         # The floor: one bare exact search with PML's k (largest class size + 1), no metrics at all.
         k = int(np.unique(y, return_counts=True)[1].max()) + 1
         base = peak_rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         faiss.knn(x, x, k)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         values, backend = {}, f"faiss.knn k={k}"
     elif kind == "pml":
         import torch
@@ -88,9 +100,9 @@ def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict
 
         base = peak_rss_mb()
         calc = AccuracyCalculator(include=tuple(PML_KEYS), k="max_bin_count", device=torch.device("cpu"))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         raw = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(y))
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         values = {PML_KEYS[k]: float(v) for k, v in raw.items()}
         backend = "faiss (PML)"
     else:
@@ -109,22 +121,26 @@ def worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict
         if kind == "dmlplug-torch":  # the device path (tensor + torch backend), here on the CPU
             x, backend = torch.from_numpy(x), "torch"
         base = peak_rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ctx = EvalContext(x, y, memory_budget_mb=budget_mb, backend=backend, **options)
         evaluator = RetrievalEvaluator([("recall", 1), ("map_r", None), ("r_precision", None)])
         values = run_evaluators([evaluator], ctx)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         backend = ctx.backend_used
         values["reranked_queries"] = float(ctx.search_stats.reranked)
-    return {"kind": kind, "seconds": elapsed, "peak_rss_mb": peak_rss_mb(), "baseline_rss_mb": base,
+    return {"kind": kind, "seconds": elapsed, "cpu_seconds": cpu, "peak_rss_mb": peak_rss_mb(), "baseline_rss_mb": base,
             "values": values, "backend": backend}
 
 
-def run_worker(kind: str, data: Path, queries: int, budget_mb: float | None) -> dict:
+def run_worker(kind: str, data: Path, queries: int, budget_mb: float | None, threads: int | None) -> dict:
     cmd = [sys.executable, __file__, "--worker", kind, "--data", str(data), "--queries", str(queries)]
     if budget_mb is not None:
         cmd += ["--budget-mb", str(budget_mb)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    env = dict(os.environ)
+    if threads:  # set before the libraries load: OpenMP and every BLAS read these once
+        cmd += ["--threads", str(threads)]
+        env.update({v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -135,15 +151,20 @@ def main() -> None:
     parser.add_argument("--worker", choices=["pml", "dmlplug", "dmlplug-torch", "faiss"])
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds; times are medians")
     parser.add_argument("--quick", action="store_true", help="smoke run: the cub set, one round")
+    parser.add_argument("--threads", type=int, default=None, help="cap faiss/BLAS/torch threads (default: all)")
+    parser.add_argument("--no-pml", action="store_true", help="leave PML out (dmlplug against the floor only)")
+    parser.add_argument("--no-torch", action="store_true", help="leave the torch-backend variant out")
     parser.add_argument("--data")
     parser.add_argument("--queries", type=int, default=0)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, Path(args.data), args.queries, args.budget_mb)))
+        print(json.dumps(worker(args.worker, Path(args.data), args.queries, args.budget_mb, args.threads)))
         return
     if args.quick:
         args.sets, args.repeats = "cub", 1
-    print(f"threads: torch/faiss use the {os.cpu_count()} visible cores; medians of {args.repeats} alternating rounds")
+    threads = f"{args.threads} thread(s)" if args.threads else f"the {os.cpu_count()} visible cores"
+    print(f"threads: torch/faiss/BLAS use {threads}; medians of {args.repeats} alternating rounds; "
+          f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     for name in args.sets.split(","):
         n, dim, lo, hi, queries, noise = SETS[name]
         with tempfile.TemporaryDirectory() as tmp:
@@ -152,16 +173,19 @@ def main() -> None:
             np.save(Path(tmp) / "y.npy", y)
             del x
             kinds = ["dmlplug"] if queries else ["dmlplug", "pml", "faiss", "dmlplug-torch"]
-            rounds = [{k: run_worker(k, Path(tmp), queries, args.budget_mb) for k in kinds}
+            kinds = [k for k in kinds if not (k == "pml" and args.no_pml or k == "dmlplug-torch" and args.no_torch)]
+            rounds = [{k: run_worker(k, Path(tmp), queries, args.budget_mb, args.threads) for k in kinds}
                       for _ in range(max(1, args.repeats))]
             medians = {k: _median_run([r[k] for r in rounds]) for k in kinds}
+            cpu = {k: float(np.median([r[k]["cpu_seconds"] for r in rounds])) for k in kinds}
             ours, theirs, floor = medians["dmlplug"], medians.get("pml"), medians.get("faiss")
             device_path = medians.get("dmlplug-torch")
         print(f"\n== {name}: N={n} D={dim} class sizes {lo}-{hi}" + (f", {queries} queries" if queries else ""))
         for r in (ours, theirs, floor, device_path):
             if r is None:
                 continue
-            print(f"  {r['kind']:8s} {r['seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MiB "
+            print(f"  {r['kind']:8s} {r['seconds']:7.2f} s (CPU {cpu[r['kind']]:6.2f} s)  "
+                  f"peak RSS {r['peak_rss_mb']:8.0f} MiB "
                   f"(after imports+data {r['baseline_rss_mb']:.0f})  backend {r['backend']}  "
                   + "  ".join(f"{k}={v:.6f}" for k, v in r["values"].items()))
         if theirs is not None:
@@ -171,8 +195,15 @@ def main() -> None:
             print(f"  ratio dmlplug/PML: time {ours['seconds'] / theirs['seconds']:.2f}x, "
                   f"peak RSS {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x, "
                   f"RSS growth during the evaluation {extra_ours / extra_theirs:.2f}x, identical values: {same}")
-            print(f"  a bare faiss search alone takes {floor['seconds'] / theirs['seconds']:.2f}x PML's time "
-                  f"(dmlplug is {ours['seconds'] / floor['seconds']:.2f}x that floor)")
+            print(f"  a bare faiss search alone takes {floor['seconds'] / theirs['seconds']:.2f}x PML's time")
+        if floor is not None:
+            print(f"  dmlplug / bare faiss search (the floor): wall time {ours['seconds'] / floor['seconds']:.3f}x, "
+                  f"CPU time {cpu['dmlplug'] / cpu['faiss']:.3f}x")
+            print("  per round, wall: " + "  ".join(f"{r['dmlplug']['seconds'] / r['faiss']['seconds']:.3f}x"
+                                                 for r in rounds)
+                  + "; CPU: " + "  ".join(f"{r['dmlplug']['cpu_seconds'] / r['faiss']['cpu_seconds']:.3f}x"
+                                           for r in rounds))
+        if device_path is not None:
             same_device = all(device_path["values"][k] == ours["values"][k] for k in PML_KEYS.values())
             print(f"  torch backend on a tensor / faiss-cpu: time {device_path['seconds'] / ours['seconds']:.2f}x, "
                   f"identical values: {same_device}")

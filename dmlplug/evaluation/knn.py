@@ -20,7 +20,8 @@ Self-matches are removed by index (``self_pos``), never by assuming the first ne
 
 This module is the public entry (:func:`exact_knn`, :func:`resolve_backend`, :data:`BACKENDS`); the backend
 choice lives in :mod:`~dmlplug.evaluation.knn_backend`, the raw backend calls (faiss, chunked torch) in
-:mod:`~dmlplug.evaluation.knn_search`, and the certification and float64 re-ranking in
+:mod:`~dmlplug.evaluation.knn_search`, the half-product first search of leave-one-out on the CPU in
+:mod:`~dmlplug.evaluation.knn_symmetric`, and the certification and float64 re-ranking in
 :mod:`~dmlplug.evaluation.knn_rerank`.
 """
 
@@ -34,7 +35,8 @@ import numpy as np
 # BACKENDS and resolve_backend are re-exported: this module is where callers (and plugins) find the search.
 from dmlplug.evaluation.knn_backend import BACKENDS, resolve_backend
 from dmlplug.evaluation.knn_rerank import SearchJob, SearchStats, search_chunk
-from dmlplug.evaluation.knn_search import Searcher, row_norms
+from dmlplug.evaluation.knn_search import Searcher, as_numpy32, row_norms
+from dmlplug.evaluation.knn_symmetric import BLOCK_ROWS, MIN_DIM, symmetric_knn
 
 __all__ = ["BACKENDS", "SearchStats", "default_budget_bytes", "exact_knn", "resolve_backend"]
 
@@ -100,6 +102,14 @@ def exact_knn(
     block_rows = max(1, budget_bytes // max(1, 12 * num_g)) if backend == "torch" else _MAX_QUERY_CHUNK
     job = SearchJob(searcher, queries, gallery, k, depth, self_pos, eps, result, stats, block_rows,
                     budget_bytes, relevance)
+    if backend == "faiss-cpu" and gallery is queries and dim >= MIN_DIM and num_q > BLOCK_ROWS:
+        # Leave-one-out on the CPU: the first candidate lists from half the matrix product (knn_symmetric),
+        # when every thread's heaps for all the queries fit in the budget (else faiss, chunk by chunk).
+        import faiss
+
+        threads, width = faiss.omp_get_max_threads(), min(k + 2 + slack, num_g)
+        if threads * num_q * width * 12 <= budget_bytes // 2:
+            job.first = symmetric_knn(as_numpy32(queries), width, threads=threads, budget_bytes=budget_bytes // 2)
     for start in range(0, num_q, _MAX_QUERY_CHUNK):
         search_chunk(job, np.arange(start, min(start + _MAX_QUERY_CHUNK, num_q)), slack)
     return result, stats

@@ -47,6 +47,9 @@ class SearchJob:
     block_rows: int
     budget_bytes: int
     relevance: tuple[np.ndarray, np.ndarray] | None = None
+    #: The backend's first lists of every query, already computed (float32 sq. distances, positions), when
+    #: the search ran for all queries at once (:mod:`~dmlplug.evaluation.knn_symmetric`); else None.
+    first: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def search_chunk(job: SearchJob, rows: np.ndarray, slack: int) -> None:
@@ -62,7 +65,11 @@ def search_chunk(job: SearchJob, rows: np.ndarray, slack: int) -> None:
     # k + 1 columns to see the gap behind the k-th neighbour, one for a possible self-match, and a
     # little slack so that a run crossing the boundary rarely reaches the end of the list.
     kk = min(k + 2 + slack, num_g)
-    b_dist, b_idx = job.searcher.search(job.queries[rows[0]:rows[-1] + 1], kk, job.block_rows)
+    if job.first is not None:
+        b_dist, b_idx = (a[rows[0]:rows[-1] + 1] for a in job.first)
+        kk = b_idx.shape[1]
+    else:
+        b_dist, b_idx = job.searcher.search(job.queries[rows[0]:rows[-1] + 1], kk, job.block_rows)
     complete = kk == num_g  # the backend returned the whole gallery: no unseen item can intrude
     is_self = b_idx == job.self_pos[rows, None]
     found = is_self.any(1)
