@@ -77,6 +77,29 @@ class RunError(DmlplugError):
     """The run cannot start or continue (device, output directory, numerical failure)."""
 
 
+class RunStopped(RunError):
+    """Raised by a hook to end a run early on purpose, e.g. a pruned trial of a search (docs/hooks.md).
+
+    The engine ends the run as for a failure (``on_run_end``, ``results.json``, the exception goes on to the
+    caller), but records ``status`` instead of ``failed`` and the reason as ``reason`` instead of ``error``, so
+    whoever reads the run directory sees that it was stopped, not that it crashed.
+
+    Args:
+        reason: Why the run stopped, one sentence.
+        status: The run's status: a lowercase word other than ``completed``, ``failed`` and ``interrupted``.
+        where: Where it was decided, if useful.
+    """
+
+    exit_code = 1
+
+    def __init__(self, reason: str, *, status: str = "stopped", where: str | None = None):
+        if not status.isidentifier() or not status.islower() or status in ("completed", "failed", "interrupted"):
+            raise ValueError(f"RunStopped status must be a lowercase word other than completed, failed and "
+                             f"interrupted; got {status!r}")
+        self.status = status
+        super().__init__(reason, where=where)
+
+
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     """A ' (did you mean ...?)' suffix for ``name``, or an empty string when nothing is close."""
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=n, cutoff=0.6)

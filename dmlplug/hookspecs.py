@@ -366,7 +366,8 @@ def on_run_end(run: RunView, status: str, error: BaseException | None) -> None:
 
     Args:
         run: The current run.
-        status: ``"completed"``, ``"failed"`` or ``"interrupted"``.
+        status: ``"completed"``, ``"failed"``, ``"interrupted"``, or the ``status`` of a
+            :class:`~dmlplug.errors.RunStopped` a hook raised to end the run early (e.g. ``"pruned"``).
         error: The exception that ended the run, or ``None``.
 
     Example::

@@ -19,7 +19,7 @@ from dmlplug.engine.batches import check_batch_size
 from dmlplug.engine.data import shutdown_workers
 from dmlplug.engine.run import Run, RunResult
 from dmlplug.engine.seeding import configure_determinism
-from dmlplug.errors import RunError
+from dmlplug.errors import RunError, RunStopped
 from dmlplug.files import write_json, write_text
 from dmlplug.plugins import PluginHost, get_host
 from dmlplug.recipe import ValidatedRecipe, load_recipe, override_pairs
@@ -141,6 +141,10 @@ def _run_validated(validated: ValidatedRecipe, host: PluginHost, info: Any, devi
         return result
     except (KeyboardInterrupt, _resume.RunInterrupted) as exc:
         status, error = "interrupted", exc
+        run.result(status, exc)
+        raise
+    except RunStopped as exc:  # a hook ended the run on purpose (a pruned trial): its status, not "failed"
+        status, error = exc.status, exc
         run.result(status, exc)
         raise
     except BaseException as exc:

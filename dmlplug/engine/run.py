@@ -27,6 +27,7 @@ from dmlplug.engine.seeding import seed_everything
 from dmlplug.engine.selection import BestTracker, SplitRoles, resolve_splits
 from dmlplug.engine.train_step import TrainStep
 from dmlplug.engine.view import ReadOnlyRun
+from dmlplug.errors import RunStopped
 from dmlplug.files import write_json
 
 
@@ -236,7 +237,9 @@ class Run:
             "selection_metrics": best.metrics,
             "knn_backend": self.knn_backend,
         }
-        if error is not None:
+        if isinstance(error, RunStopped):  # stopped on purpose by a hook: why, not an error
+            payload["reason"] = error.what
+        elif error is not None:
             payload["error"] = str(error)
         if self.dist.is_main and self.directory.is_dir():
             write_json(self.directory / rundir.RESULTS, payload)

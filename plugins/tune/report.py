@@ -3,8 +3,9 @@
 Per tune directory (into ``DIR/report`` or ``--out/<dir name>``): ``best.toml`` (the recipe with the best
 configuration, ready for ``dmlplug run``), ``trials.md`` (every trial: state, objective, fold scores,
 parameters, why it failed), ``importances.md`` (fANOVA importances of the parameters, when at least two trials
-completed), ``history.png`` and ``parallel.png`` (optuna.visualization.matplotlib). Several directories also
-give ``comparison.md``: one row per search, side by side.
+completed), ``history.png`` and ``parallel.png`` (optuna.visualization.matplotlib) and ``tensorboard/`` (the
+HParams dashboard: :mod:`.hparams`). Several directories also give ``comparison.md``: one row per search, side by
+side.
 """
 
 from __future__ import annotations
@@ -67,11 +68,14 @@ def write_one(tune_dir: Path, storage: str | None, out: Path) -> dict[str, Any]:
 
     import dmlplug
     from dmlplug.files import write_text
+    from dmlplug_builtins.tune.hparams import FOLDER as HPARAMS_FOLDER
+    from dmlplug_builtins.tune.hparams import write_hparams
     from dmlplug_builtins.tune.trials import toml_value
 
     manifest, study = load(tune_dir, storage)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "trials.md", trials_table(study))
+    write_hparams(study, out / HPARAMS_FOLDER)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     row: dict[str, Any] = {"search": tune_dir.name, "trials": len(study.trials), "complete": len(complete),
                            "pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),

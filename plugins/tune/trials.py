@@ -3,12 +3,14 @@
 Every fold run goes through :func:`dmlplug.run` with a per-run hook object (:class:`FoldReporter`) whose
 ``on_eval_end`` reports the validation metric to Optuna at step ``fold * epochs + epoch``, as the mean of the
 finished folds' scores and this fold's latest one, so the pruner compares trials on the same scale at every
-step. A pruned trial's current fold run ends failed with ``TrialPruned`` in its results.json.
+step. A pruned trial's current fold run ends with status ``pruned`` and the pruner's reason in its results.json
+(:func:`fold_pruned`: the hook raises :class:`dmlplug.errors.RunStopped`, which is also Optuna's ``TrialPruned``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import shutil
 import statistics
@@ -54,8 +56,6 @@ class FoldReporter:
     @hookimpl
     def on_eval_end(self, run: Any, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """Report after every trained epoch's validation evaluation."""
-        import optuna
-
         if split != "val" or epoch < 1 or self.metric not in metrics:
             return
         value = float(metrics[self.metric])
@@ -64,7 +64,25 @@ class FoldReporter:
         running = statistics.fmean([*self.finished, value])
         self.trial.report(running, self.fold * self.epochs + epoch)
         if self.trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at fold {self.fold}, epoch {epoch} (running mean {running:.4f})")
+            raise fold_pruned()(f"pruned at fold {self.fold}, epoch {epoch} (running mean {running:.4f})",
+                                status="pruned")
+
+
+@functools.cache
+def fold_pruned() -> type:
+    """The exception class a pruned fold run ends with, made on first use (importing this module needs no Optuna).
+
+    It is dmlplug's ``RunStopped`` (the run directory says ``pruned``, with the reason) and Optuna's
+    ``TrialPruned`` (Optuna marks the trial pruned).
+    """
+    import optuna
+
+    from dmlplug.errors import RunStopped
+
+    class FoldPruned(RunStopped, optuna.TrialPruned):
+        """A fold run stopped because the pruner pruned its trial."""
+
+    return FoldPruned
 
 
 def run_trial(trial: Any, *, tune_dir: Path, settings: Any, values: dict[str, Any], overrides: Sequence[str],

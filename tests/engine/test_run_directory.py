@@ -94,7 +94,7 @@ def test_results_json_holds_the_fields_the_docs_describe(tiny_run):
     row = next(line for line in (ROOT / "docs" / "run-directory.md").read_text().splitlines()
                if line.startswith("| `results.json` |"))
     documented = set(re.findall(r"`(\w+)`", row)) - {"results"}
-    assert set(results) == documented - {"error"}  # error only when failed
+    assert set(results) == documented - {"error", "reason"}  # error only when failed, reason when a hook stopped it
     # A dataset with validation classes: selected on them, reported on the test split, both said.
     assert (results["selected_on"], results["reported_on"], results["select_initial"]) == ("val", "test", False)
     assert results["best_epoch"] >= 1 and results["best_metrics"] and results["selection_metrics"]

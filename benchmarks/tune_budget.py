@@ -1,0 +1,265 @@
+"""TPE with median pruning against random search without pruning, on the same budget in trial-epochs.
+
+The question of issue #28 ("Measured"): how many epochs of training does Bayesian optimisation with pruning need
+to reach the best cross-validated score that plain random search reaches with the whole budget? Each arm runs
+``dmlplug tune`` studies (:func:`dmlplug_builtins.tune.tune.tune`, in a temporary directory, one study per arm
+and seed) of the same space file and recipe until the study has spent the budget, counted in **trial-epochs**:
+the epochs trained over all folds of all trials, read from the fold run directories' ``metrics.jsonl`` (one
+validation evaluation per trained epoch; a pruned fold counts the epochs it trained). Only the sampler, its
+seed and the pruner differ between the arms:
+
+- ``tpe``: TPE and the median pruner over the running fold mean, per epoch (the space's ``startup_trials``);
+- ``random``: ``sampler = "random"``, ``pruner = "none"``: every trial trains every fold to the end.
+
+A trial's objective counts from the epoch count at which it finished; a trial that would finish beyond the
+budget is not counted (the study stops once the budget is spent, so at most one trial overshoots). Prints per
+arm and seed the best-so-far curve (best objective against trial-epochs spent), then the headline on the mean
+curve over the seeds: the epochs TPE+pruning needed to reach random search's final best, as a fraction of the
+budget, and the other way round, plus the same per seed (seed ``s`` of one arm against seed ``s`` of the other).
+The issue's target is at least 40% fewer epochs for the same best.
+
+Every run is single-threaded (``torch.set_num_threads(1)``) so that ``--jobs`` studies share a small CPU
+without oversubscribing it; the numbers are epochs, not seconds, and do not depend on the machine's load.
+
+Example::
+
+    python benchmarks/tune_budget.py                      # 3 seeds per arm, 128 trial-epochs each, 2 jobs
+    python benchmarks/tune_budget.py --seeds 0 1 2 3 4 --budget 160 --keep /tmp/tune-budget
+    python benchmarks/tune_budget.py --quick              # a smoke run (seconds): tiny data, 1 seed
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = ROOT / "recipes" / "tune" / "budget.space.toml"
+ARMS = {"tpe": {"sampler": "tpe", "pruner": "median"}, "random": {"sampler": "random", "pruner": "none"}}
+#: What --quick changes: a few images of a few classes, 1 epoch, a budget of two full trials.
+QUICK_SET = ["run.epochs=1", "data.dataset.num_classes=28", "data.dataset.images_per_class=4",
+             "data.batch_size=8", "data.sampler.m=2"]
+QUICK_BUDGET = 4
+
+
+def arm_space(space: Path, arm: str, seed: int, folder: Path, quick: bool) -> Path:
+    """A copy of ``space`` for one arm and seed (sampler, seed, pruner replaced; the recipe path absolute)."""
+    import tomli_w
+
+    raw = tomllib.loads(space.read_text(encoding="utf-8"))
+    raw["recipe"] = str((space.parent / raw["recipe"]).resolve())
+    settings = raw.setdefault("tune", {})
+    settings.update(ARMS[arm], sampler_seed=seed)
+    if quick:
+        # 28 classes give about 14 training classes: 2 folds; m is fixed at 2 (QUICK_SET) for batches of 8
+        settings.update(folds=2, startup_trials=1)
+        raw["params"].pop("data.sampler.m", None)
+    path = folder / f"{arm}-{seed}.space.toml"
+    path.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    return path
+
+
+def trial_epochs(tune_dir: Path, number: int) -> int:
+    """Epochs trained by trial ``number``: each fold's trained epochs, one validation evaluation each."""
+    total = 0
+    for fold in sorted((tune_dir / "trials" / f"trial-{number:04d}").glob("fold-*")):
+        lines = (fold / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if (
+            fold / "metrics.jsonl").is_file() else []
+        epochs = {row["epoch"] for row in map(json.loads, lines) if row.get("split") == "val" and row["epoch"] >= 1}
+        total += max(epochs, default=0)
+    return total
+
+
+class BudgetSpent(BaseException):
+    """Raised by the benchmark's runner to end a study: not an ``Exception``, so no trial records it as failed."""
+
+
+def spent_epochs(tune_dir: Path) -> int:
+    """Trial-epochs spent so far in ``tune_dir``: every fold run's trained epochs."""
+    return sum(trial_epochs(tune_dir, int(t.name.removeprefix("trial-")))
+               for t in (tune_dir / "trials").glob("trial-*"))
+
+
+def run_study(arm: str, seed: int, space: str, budget: int, folder: str, overrides: Sequence[str],
+              quick: bool) -> dict:
+    """Trials of one arm and seed until ``budget`` trial-epochs are spent; returns the trials in order.
+
+    One ``tune`` call runs the study (one sampler, so the sampler's random stream goes on from trial to trial);
+    its runner is :func:`dmlplug.run`, except that a trial's first fold does not start once the budget is
+    spent: :class:`BudgetSpent` ends the study there, and that last trial (still running, no epoch trained) is
+    not counted.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    from optuna.trial import TrialState
+
+    import dmlplug
+    from dmlplug_builtins.tune.report import load
+    from dmlplug_builtins.tune.tune import tune
+
+    tune_dir = Path(folder) / f"{arm}-{seed}"
+    copy = arm_space(Path(space), arm, seed, Path(folder), quick)
+
+    def runner(recipe: Any, run_overrides: Any, **options: Any) -> Any:
+        if Path(options["out"]).name == "fold-0" and spent_epochs(tune_dir) >= budget:
+            raise BudgetSpent
+        return dmlplug.run(recipe, run_overrides, **options)
+
+    started = time.perf_counter()
+    with contextlib.suppress(BudgetSpent):
+        tune(copy, tune_dir, trials=1_000_000, overrides=list(overrides), device="cpu", echo=lambda _: None,
+             runner=runner)
+    seconds = time.perf_counter() - started
+    spent, rows = 0, []
+    for trial in sorted(load(tune_dir, None)[1].trials, key=lambda t: t.number):
+        if trial.state == TrialState.RUNNING:  # the trial the budget stopped before it trained
+            continue
+        epochs = trial_epochs(tune_dir, trial.number)
+        spent += epochs
+        value = trial.value if trial.state == TrialState.COMPLETE else None
+        rows.append({"number": trial.number, "state": trial.state.name.lower(), "value": value, "epochs": epochs,
+                     "spent": spent, "params": dict(trial.params)})
+    return {"arm": arm, "seed": seed, "trials": rows, "seconds": seconds}
+
+
+def best_so_far(rows: Sequence[dict], budget: int) -> list[float | None]:
+    """Best objective after ``e`` trial-epochs, for ``e = 0 .. budget`` (``None`` before the first complete)."""
+    curve: list[float | None] = [None] * (budget + 1)
+    for row in rows:
+        if row["value"] is None or row["spent"] > budget:
+            continue
+        for e in range(row["spent"], budget + 1):
+            curve[e] = row["value"] if curve[e] is None else max(row["value"], curve[e])  # type: ignore[type-var]
+    return curve
+
+
+def mean_curve(curves: Sequence[Sequence[float | None]]) -> list[float | None]:
+    """Mean over seeds at every epoch count; ``None`` until every seed has a value."""
+    return [None if any(c[e] is None for c in curves) else statistics.fmean(c[e] for c in curves)  # type: ignore[misc]
+            for e in range(len(curves[0]))]
+
+
+def epochs_to_reach(curve: Sequence[float | None], target: float) -> int | None:
+    """The first epoch count at which ``curve`` reaches ``target``; ``None`` if it never does."""
+    return next((e for e, v in enumerate(curve) if v is not None and v >= target), None)
+
+
+def headline(curves: dict[str, list[list[float | None]]], budget: int) -> list[str]:
+    """How many epochs each arm needs to reach the other's final best, on the mean curve and per seed."""
+    lines, means = [], {arm: mean_curve(c) for arm, c in curves.items()}
+    for arm, other in (("tpe", "random"), ("random", "tpe")):
+        target = means[other][budget]
+        if target is None:
+            lines.append(f"{other} has no complete trial within the budget on some seed: nothing to reach")
+            continue
+        reached = epochs_to_reach(means[arm], target)
+        what = ("never, within the budget" if reached is None else
+                f"{reached} of {budget} trial-epochs ({reached / budget:.0%}; {1 - reached / budget:.0%} fewer)")
+        lines.append(f"mean over seeds: {arm} reached {other}'s final best {target:.4f} after {what}")
+    for arm, other in (("tpe", "random"), ("random", "tpe")):
+        per_seed = []
+        for mine, theirs in zip(curves[arm], curves[other], strict=True):
+            target = theirs[budget]
+            reached = None if target is None else epochs_to_reach(mine, target)
+            per_seed.append("-" if reached is None else f"{reached / budget:.0%}")
+        lines.append(f"per seed: fraction of the budget {arm} needed to reach {other}'s final best (- = never): "
+                     + " ".join(per_seed))
+    tpe_mean, random_mean = means["tpe"][budget], means["random"][budget]
+    if tpe_mean is not None and random_mean is not None:
+        reached = epochs_to_reach(means["tpe"], random_mean)
+        met = reached is not None and reached <= 0.6 * budget
+        lines.append(f"target (tpe+pruning reaches random's best with at least 40% fewer epochs): "
+                     f"{'met' if met else 'not met'}; final best tpe {tpe_mean:.4f} vs random {random_mean:.4f}")
+    return lines
+
+
+def report(results: Sequence[dict], budget: int, points: int = 8) -> str:
+    """The per-study summaries, the best-so-far curves at ``points`` epoch counts and the headline."""
+    out = ["| arm | seed | trials | complete | pruned | failed | trial-epochs | best | seconds |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    curves: dict[str, list[list[float | None]]] = {arm: [] for arm in ARMS}
+    for result in sorted(results, key=lambda r: (list(ARMS).index(r["arm"]), r["seed"])):
+        rows = result["trials"]
+        curve = best_so_far(rows, budget)
+        curves[result["arm"]].append(curve)
+        counts = {s: sum(1 for r in rows if r["state"] == s) for s in ("complete", "pruned", "fail")}
+        out.append(f"| {result['arm']} | {result['seed']} | {len(rows)} | {counts['complete']} | {counts['pruned']} "
+                   f"| {counts['fail']} | {rows[-1]['spent']} | {_num(curve[budget])} | {result['seconds']:.0f} |")
+    marks = sorted({max(1, round(budget * i / points)) for i in range(1, points + 1)})
+    studies = sorted(results, key=lambda r: (list(ARMS).index(r["arm"]), r["seed"]))
+    names = " | ".join(f"{r['arm']} s{r['seed']}" for r in studies)
+    out += ["", "best cross-validated objective so far, against trial-epochs spent:", "",
+            f"| trial-epochs | {names} | tpe mean | random mean |",
+            "|---|" + "---|" * (len(studies) + 2)]
+    means = {arm: mean_curve(c) for arm, c in curves.items()}
+    for e in marks:
+        cells = [_num(best_so_far(r["trials"], budget)[e]) for r in studies]
+        out.append(f"| {e} | " + " | ".join(cells) + f" | {_num(means['tpe'][e])} | {_num(means['random'][e])} |")
+    return "\n".join([*out, "", *headline(curves, budget)])
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _progress(result: dict, started: float, budget: int) -> dict:
+    rows = result["trials"]
+    print(f"[{time.perf_counter() - started:.0f} s] {result['arm']} seed {result['seed']}: {len(rows)} trials, "
+          f"{rows[-1]['spent']} trial-epochs, best within the budget {_num(best_so_far(rows, budget)[budget])}",
+          file=sys.stderr, flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", type=Path, default=SPACE, help="the space file (its [tune] sampler and pruner "
+                        "are replaced per arm)")
+    parser.add_argument("--budget", type=int, default=None, help="trial-epochs per study (default 128)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="sampler seeds (default 0 1 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="studies run at once, one process each")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override for "
+                        "every run (section.key=value, repeatable)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the tune directories here")
+    parser.add_argument("--json", type=Path, default=None, help="also write every trial as JSON here")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny data, 1 seed, a tiny budget")
+    args = parser.parse_args(argv)
+    budget = args.budget or (QUICK_BUDGET if args.quick else 128)
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    overrides = [*(QUICK_SET if args.quick else []), *args.overrides]
+    with tempfile.TemporaryDirectory(prefix="tune-budget-") as temporary:
+        folder = args.keep or Path(temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        jobs = [(arm, seed, str(args.space), budget, str(folder), overrides, args.quick) for seed in seeds
+                for arm in ARMS]
+        started = time.perf_counter()
+        results = []
+        if args.jobs <= 1:
+            for job in jobs:
+                results.append(_progress(run_study(*job), started, budget))
+        else:
+            import multiprocessing
+
+            with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(run_study, *job) for job in jobs]
+                results = [_progress(future.result(), started, budget) for future in as_completed(futures)]
+        print(f"space {args.space}, budget {budget} trial-epochs per study, seeds {seeds}, overrides {overrides}; "
+              f"{time.perf_counter() - started:.0f} s wall with {args.jobs} job(s)\n")
+        print(report(results, budget))
+        if args.json:
+            args.json.write_text(json.dumps({"budget": budget, "results": results}, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
