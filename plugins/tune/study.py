@@ -93,15 +93,25 @@ def _hidden(url: str) -> str:
 
 
 def make_sampler(name: str, seed: int | None, space: Any) -> Any:
-    """An Optuna sampler by name (``tpe`` with multivariate grouping for conditional spaces)."""
+    """An Optuna sampler by name (``tpe`` with multivariate grouping for conditional spaces).
+
+    With a seed, ``tpe`` and ``random`` draw each trial's values from a seed of its own, derived from the seed and
+    the trial's number (:func:`trial_sampler`): a restarted command or a second worker, each opening the study
+    with the same seed, would otherwise repeat the first process's draws; so trial ``n`` gets the same values
+    whichever process runs it, and a search resumed after anything samples what an uninterrupted one would have.
+    """
     import optuna
 
     if name == "tpe":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group: stable since 2.8
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+        def tpe(trial_seed: int | None) -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group: stable since 2.8
+                return optuna.samplers.TPESampler(seed=trial_seed, multivariate=True, group=True)
+
+        return tpe(None) if seed is None else trial_sampler(tpe, seed)
     if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return optuna.samplers.RandomSampler() if seed is None else trial_sampler(
+            lambda trial_seed: optuna.samplers.RandomSampler(seed=trial_seed), seed)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed)
     if name == "qmc":
@@ -113,6 +123,48 @@ def make_sampler(name: str, seed: int | None, space: Any) -> Any:
                            where=f"{space.path}: params.\"{key}\"", fix="list its values as choices")
         grid[key] = list(param.choices)
     return optuna.samplers.GridSampler(grid, seed=seed)
+
+
+def trial_sampler(make: Any, seed: int) -> Any:
+    """A sampler that asks ``make(the trial's seed)`` for each trial's values.
+
+    Right for TPE and random search, which keep no state of their own between trials (what TPE learns is in the
+    study's trials); the trial's seed is a hash of ``seed`` and its number.
+    """
+    import hashlib
+
+    import optuna
+
+    class PerTrialSeeded(optuna.samplers.BaseSampler):
+        def __init__(self) -> None:
+            self._samplers: dict[int, Any] = {}
+
+        def _of(self, trial: Any) -> Any:
+            number = int(trial.number)
+            if number not in self._samplers:
+                digest = hashlib.sha256(f"dmlplug-tune:{seed}:{number}".encode()).digest()
+                self._samplers = {number: make(int.from_bytes(digest[:4], "little"))}  # only the current trial's
+            return self._samplers[number]
+
+        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+            return self._of(trial).infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
+            return self._of(trial).sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+            return self._of(trial).sample_independent(study, trial, param_name, param_distribution)
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            self._of(trial).before_trial(study, trial)
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            self._of(trial).after_trial(study, trial, state, values)
+
+        def reseed_rng(self) -> None:  # the seeds are the trials' own
+            pass
+
+    return PerTrialSeeded()
 
 
 def make_pruner(settings: Any) -> Any:

@@ -1,0 +1,43 @@
+"""A seeded search samples trial ``n``'s values from a seed of its own: a restarted command (or a second worker
+opening the study with the same seed) continues the draws an uninterrupted search makes, never repeats them."""
+
+import pytest
+from tiny import write_tiny
+
+from dmlplug_builtins.tune.tune import tune
+
+
+class Result:
+    def __init__(self, value):
+        self.selection_metrics = {"map@r": value}
+
+
+def scoring_runner(recipe, overrides, **options):
+    """No training: the score is a function of the sampled learning rate (a smooth objective for TPE)."""
+    lr = float(next(o for o in overrides if o.startswith("optimizer.lr=")).partition("=")[2])
+    return Result(1.0 / (1.0 + abs(lr - 3e-3) * 100))
+
+
+def params(study):
+    return [t.params for t in sorted(study.trials, key=lambda t: t.number)]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_search_resumed_one_trial_at_a_time_samples_what_an_uninterrupted_one_does(tmp_path, sampler):
+    space = write_tiny(tmp_path)
+    space.write_text(space.read_text().replace('sampler = "random"', f'sampler = "{sampler}"\nstartup_trials = 2'))
+    quiet = {"runner": scoring_runner, "echo": lambda _: None}
+    whole = params(tune(space, tmp_path / "whole", trials=13, **quiet))
+    for count in range(1, 14):  # thirteen commands, each opening the study afresh with the same seed
+        resumed = tune(space, tmp_path / "resumed", trials=count, **quiet)
+    assert params(resumed) == whole
+    learning_rates = [p["optimizer.lr"] for p in whole]
+    assert len(set(learning_rates)) == len(learning_rates)  # no trial repeats another's draw
+
+
+def test_another_seed_draws_other_values(tmp_path):
+    space = write_tiny(tmp_path)
+    quiet = {"runner": scoring_runner, "echo": lambda _: None}
+    first = params(tune(space, tmp_path / "a", trials=3, **quiet))
+    space.write_text(space.read_text().replace("sampler_seed = 0", "sampler_seed = 1"))
+    assert params(tune(space, tmp_path / "b", trials=3, **quiet)) != first
