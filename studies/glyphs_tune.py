@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from glyphs_oodml import METHODS, ROOT, completed, machine, relative, sets  # noqa: E402
+from glyphs_oodml import METHODS, ROOT, Study, completed, sets  # noqa: E402
 
 SPACES = ROOT / "recipes" / "tune" / "study"
 RECIPES = ROOT / "recipes" / "study"
@@ -92,28 +88,9 @@ class TuneStudy:
         """The untuned run of ``method`` with ``seed``."""
         return self.out / "untuned" / method / f"seed-{seed}"
 
-    def dmlplug(self, step: str, *args: str | Path | int) -> None:
-        """Run ``dmlplug ARGS`` from the repository root, echo it, and log its wall time; stop on failure."""
-        command = ["dmlplug", *map(relative, args)]
-        print(f"$ {shlex.join(command)}", flush=True)
-        started = time.time()
-        result = subprocess.run([sys.executable, "-m", *command], cwd=ROOT)
-        seconds = time.time() - started
-        self.log["commands"].append({"step": step, "command": shlex.join(command), "seconds": round(seconds, 1),
-                                     "exit": result.returncode, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                     "load_average": round(os.getloadavg()[0], 2)})
-        self.save_log()
-        if result.returncode != 0:
-            raise SystemExit(f"study step {step!r} failed (exit {result.returncode}); rerun to continue")
-
-    def save_log(self) -> None:
-        """Write ``OUT/study.json`` atomically."""
-        self.log["settings"] = self.settings.to_json()
-        self.log.setdefault("machine", machine())
-        self.out.mkdir(parents=True, exist_ok=True)
-        temporary = self.log_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.log, indent=2))
-        temporary.replace(self.log_path)
+    # Commands run and logged as in the ooDML study (the same attributes: out, log, log_path, settings).
+    dmlplug = Study.dmlplug
+    save_log = Study.save_log
 
     def searched(self, method: str) -> bool:
         """Whether the search of ``method`` has its reproductions (so its trials too)."""

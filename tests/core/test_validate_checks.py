@@ -34,7 +34,8 @@ def _fails(overrides: list[str], *phrases: str, recipe: Path | dict = QUICKSTART
 
 
 @pytest.mark.parametrize("recipe", sorted(p for p in (ROOT / "recipes").rglob("*.toml")
-                                           if not p.name.endswith(".space.toml")),  # search spaces: tests/tune
+                                           # search spaces and sweep files: tests/tune
+                                           if not p.name.endswith((".space.toml", ".sweep.toml"))),
                          ids=lambda p: p.relative_to(ROOT / "recipes").as_posix())
 def test_every_shipped_recipe_still_validates(recipe, monkeypatch, tmp_path):
     monkeypatch.setenv("DMLPLUG_DATA", str(tmp_path))
