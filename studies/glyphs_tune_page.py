@@ -21,8 +21,6 @@ from glyphs_oodml_stats import Interval, linear_combination, t_quantile
 from dmlplug.evaluation.formatting import format_value
 
 LOG = "study.json"
-#: Trials Optuna's TPESampler samples at random before it models the space (its ``n_startup_trials`` default).
-TPE_STARTUP = 10
 
 
 # ----------------------------------------------------------------------------------------------------- collect
@@ -93,6 +91,7 @@ def protocol(settings: dict[str, Any], space: Any) -> dict[str, Any]:
             "families": len(dataset.get("families") or []), "image_size": data.get("image_size"),
             "batch_size": data["batch_size"], "folds": space.settings.folds, "sampler": space.settings.sampler,
             "sampler_seed": space.settings.sampler_seed,
+            "tpe_startup_trials": space.settings.tpe_startup_trials,
             "pruner": space.settings.pruner, "startup_trials": space.settings.startup_trials}
 
 
@@ -157,7 +156,9 @@ def render(data: dict[str, Any]) -> str:
         + (f" (overrides: `{' '.join(s['overrides'])}`)" if s["overrides"] else "") + ".",
         f"* **Budget, the same for every method**: {plural(s['trials'], 'trial')} × {p['folds']} class-disjoint "
         f"folds of the training classes × {plural(s['epochs'], 'epoch')} = at most {budget} fold-epochs; sampler "
-        f"`{p['sampler']}` (seed {p['sampler_seed']}), pruner `{p['pruner']}` on the running fold mean after "
+        f"`{p['sampler']}` (seed {p['sampler_seed']}"
+        + (f"; its first {plural(p['tpe_startup_trials'], 'trial')} at random" if p["sampler"] == "tpe" else "")
+        + f"), pruner `{p['pruner']}` on the running fold mean after "
         f"{p['startup_trials']} finished trials. The objective is the mean validation {metric} over the folds; "
         "the test classes are never seen.",
         f"* **Test**: the best configuration (`tuned`) and the recipe as written (`untuned`) each trained on all "
@@ -280,9 +281,14 @@ def reading(data: dict[str, Any], gains: dict[str, Interval]) -> list[str]:
              "classes (folds of the training classes) than the test; only the test columns compare methods. "
              f"{plural(s['trials'], 'trial')} of a {max(len(m['space']) for m in methods.values())}-parameter "
              "space explore it coarsely")
-    if data["protocol"]["sampler"] == "tpe" and s["trials"] <= TPE_STARTUP:
-        text += (f" — and TPE draws its first {TPE_STARTUP} trials at random (Optuna's default start-up), so "
-                 f"with {plural(s['trials'], 'trial')} every search here is a random search")
+    if data["protocol"]["sampler"] == "tpe":
+        startup = data["protocol"]["tpe_startup_trials"]
+        if s["trials"] <= startup:
+            text += (f" — and TPE draws its first {plural(startup, 'trial')} at random, so with "
+                     f"{plural(s['trials'], 'trial')} every search here is a random search")
+        else:
+            text += (f" — and TPE draws its first {plural(startup, 'trial')} at random, so its model chooses only "
+                     f"the last {plural(s['trials'] - startup, 'trial')} of each search")
     late = [names[k] for k, m in methods.items()
             if m["best_trial"] is not None and m["best_trial"] >= s["trials"] - max(1, s["trials"] // 4)]
     below = [names[k] for k, gain in gains.items() if gain.estimate < 0]

@@ -100,6 +100,8 @@ class TuneSettings(Params):
     fold_seed: int = Field(0, ge=0, description="Seed of the fold assignment.")
     sampler: Literal[SAMPLERS] = Field("tpe", description="Optuna sampler: " + ", ".join(SAMPLERS) + ".")  # type: ignore[valid-type]
     sampler_seed: int | None = Field(None, description="Seed of the sampler (None: fresh randomness).")
+    tpe_startup_trials: int = Field(10, ge=0, description="Trials TPE draws at random before it models the space "
+                                    "(Optuna's n_startup_trials; its default is 10).")
     pruner: Literal[PRUNERS] = Field("median", description="Pruner over the running mean of the folds: "  # type: ignore[valid-type]
                                      + ", ".join(PRUNERS) + ".")
     percentile: float = Field(50.0, gt=0, lt=100, description="Percentile of the percentile pruner.")
@@ -127,7 +129,7 @@ class Space:
     def identity(self, overrides: list[str]) -> str:
         """A hash of what makes trials comparable: recipe text, overrides, protocol and parameters."""
         settings = self.settings.model_dump(mode="json")
-        for key in ("sampler", "sampler_seed", "pruner", "percentile", "startup_trials"):
+        for key in ("sampler", "sampler_seed", "tpe_startup_trials", "pruner", "percentile", "startup_trials"):
             settings.pop(key)  # how trials are chosen, not what they measure
         blob = {"recipe": self.recipe_path.read_text(encoding="utf-8"), "overrides": list(overrides),
                 "settings": settings, "params": {k: v.model_dump(mode="json") for k, v in self.params.items()}}

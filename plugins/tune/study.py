@@ -106,7 +106,8 @@ def make_sampler(name: str, seed: int | None, space: Any) -> Any:
         def tpe(trial_seed: int | None) -> Any:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group: stable since 2.8
-                return optuna.samplers.TPESampler(seed=trial_seed, multivariate=True, group=True)
+                return optuna.samplers.TPESampler(seed=trial_seed, multivariate=True, group=True,
+                                                  n_startup_trials=space.settings.tpe_startup_trials)
 
         return tpe(None) if seed is None else trial_sampler(tpe, seed)
     if name == "random":

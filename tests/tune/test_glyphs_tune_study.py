@@ -115,11 +115,13 @@ def test_verdicts_against_hand_computed_intervals():
     assert gap.estimate == pytest.approx(0.10) and gap.df == pytest.approx(4.0)
     assert gap.half_width == pytest.approx(stats.t.ppf(0.975, 4) * math.sqrt(2 * 1e-4 / 3)) and gap.resolved
     gains = {stem: difference(v["tuned"], v["untuned"]) for stem, v in m.items()}
-    data = {"settings": {"reproductions": 3, "trials": 4, "epochs": 2}, "protocol": {"folds": 4, "sampler": "tpe"},
-            "methods": m}
+    data = {"settings": {"reproductions": 3, "trials": 4, "epochs": 2},
+            "protocol": {"folds": 4, "sampler": "tpe", "tpe_startup_trials": 10}, "methods": m}
     text = reading(data, gains)[-1]
     assert "t = 4.30 (2 df)" in text and "1 of 2 differences exclude zero (a +0.1000)" in text
     assert "with 4 trials every search here is a random search" in text  # TPE's 10 random start-up trials
+    data["protocol"]["tpe_startup_trials"] = 3
+    assert "its model chooses only the last 1 trial of each search" in reading(data, gains)[-1]
     assert "not resolved: b" in text and "1 of 1 pairs have overlapping" in text and "cannot order a and b" in text
     # Untuned, b was above a; tuned, a is above b: one swapped pair, not resolved (b's seeds spread 0.15).
     sentence = order_change("untuned", ["b", "a"], ["a", "b"], {"a": "a", "b": "b"}, m)

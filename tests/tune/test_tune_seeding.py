@@ -41,3 +41,18 @@ def test_another_seed_draws_other_values(tmp_path):
     first = params(tune(space, tmp_path / "a", trials=3, **quiet))
     space.write_text(space.read_text().replace("sampler_seed = 0", "sampler_seed = 1"))
     assert params(tune(space, tmp_path / "b", trials=3, **quiet)) != first
+
+
+def test_tpe_startup_trials_sets_where_the_model_takes_over(tmp_path):
+    # TPE's start-up trials are its random sampler's draws with the same seed: the first `tpe_startup_trials`
+    # trials equal a random search's, the next one is TPE's own (with the default of 10, still random).
+    space = write_tiny(tmp_path)
+    quiet = {"runner": scoring_runner, "echo": lambda _: None}
+    random = params(tune(space, tmp_path / "random", trials=4, **quiet))
+    text = space.read_text().replace('sampler = "random"', 'sampler = "tpe"')
+    space.write_text(text)
+    default = params(tune(space, tmp_path / "default", trials=4, **quiet))
+    space.write_text(text.replace('sampler = "tpe"', 'sampler = "tpe"\ntpe_startup_trials = 3'))
+    modelled = params(tune(space, tmp_path / "modelled", trials=4, **quiet))
+    assert default == random
+    assert modelled[:3] == random[:3] and modelled[3] != random[3]
