@@ -41,7 +41,7 @@ SPACES = ROOT / "recipes" / "tune" / "study"
 RECIPES = ROOT / "recipes" / "study"
 LOG = "study.json"
 #: The budget of every method (its sizing: docs/tune.md, "The five built-in methods tuned with one budget").
-TRIALS = 8
+TRIALS = 24
 EPOCHS = 3
 REPRODUCTIONS = 3
 

@@ -175,6 +175,11 @@ def cmd_oodml_run(
     """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
     from dmlplug_builtins.oodml.sweep import run_sweep
 
+    if worker or storage:  # the shared runs are a grid on an Optuna study (docs/tune.md)
+        from dmlplug_builtins.tune.study import require_engine
+
+        require_engine("dmlplug oodml run --worker", storage)
+
     report = run_sweep(recipe, splits, seeds=int_list(seeds, "--seeds"), sweep_dir=out,
                        overrides=list(set_ or []), device=device, part=part,
                        split_ids=int_list(split_ids, "--split-ids") if split_ids else None,

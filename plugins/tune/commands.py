@@ -32,7 +32,10 @@ def cmd_tune_run(
                                                      "processes (one machine, --standalone).")] = 1,
 ) -> None:
     """Search the space with k-fold cross-validation on the training classes; resumable, shareable by workers."""
+    from dmlplug_builtins.tune.study import require_engine
     from dmlplug_builtins.tune.tune import tune
+
+    require_engine("dmlplug tune run", storage)
 
     tune(space, dir_, trials=trials, storage=storage, overrides=list(set_ or []), device=device,
          reproductions=0 if worker else reproductions, echo=typer.echo, nproc_per_node=nproc_per_node)
@@ -58,7 +61,9 @@ def cmd_tune_report(
 ) -> None:
     """Best configuration as a recipe, the trials table, importances, history and parallel-coordinate PNGs."""
     from dmlplug_builtins.tune.report import write_report
+    from dmlplug_builtins.tune.study import require_engine
 
+    require_engine("dmlplug tune report", storage)
     typer.echo(write_report(dirs, storage=storage, out=out))
 
 
@@ -82,8 +87,10 @@ def cmd_sweep_run(
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda for every run.")] = None,
 ) -> None:
     """Train a recipe over a grid of values and seeds, each run once; resumable, shareable by workers."""
+    from dmlplug_builtins.tune.study import require_engine
     from dmlplug_builtins.tune.sweep import sweep
 
+    require_engine("dmlplug sweep run", storage)
     sweep(target, dir_, grid=list(grid or []), seeds=seeds, storage=storage, overrides=list(set_ or []),
           device=device, worker=worker, echo=typer.echo)
 
@@ -109,6 +116,8 @@ def cmd_sweep_report(
     out: Annotated[str | None, typer.Option(help="Folder of the report files (default: DIR/report).")] = None,
 ) -> None:
     """Per configuration each metric's mean ± t-based 95% CI over seeds, and the best one as a recipe."""
+    from dmlplug_builtins.tune.study import require_engine
     from dmlplug_builtins.tune.sweep_report import write_report
 
+    require_engine("dmlplug sweep report", storage)
     typer.echo(write_report(sweep_dir, storage=storage, out=out))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import RunError
+from dmlplug_builtins.tune.study import (
+    JOURNAL,
+    REASON_ATTR,
+    TAKEN_ATTR,
+    WORKER_ATTR,
+    _hidden,
+    open_storage,
+    recover_lost_trials,
+    retried_numbers,
+    take_mark,
+    worker_id,
+)
 
 CELL_ATTR = "cell"
 VALUES_ATTR = "values"
@@ -61,8 +72,6 @@ def open_grid_study(directory: Path, storage_url: str | None, study_name: str, i
     """
     import optuna
 
-    from dmlplug_builtins.tune.study import JOURNAL, _hidden, open_storage
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(directory, storage_url)
     study = optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True)
@@ -84,16 +93,6 @@ def queue_cells(study: Any, cells: Sequence[Cell]) -> int:
     for cell in missing:
         study.enqueue_trial({}, user_attrs={CELL_ATTR: cell.name, VALUES_ATTR: cell.values})
     return len(missing)
-
-
-def retried_numbers(trials: Sequence[Any]) -> set[int]:
-    """Numbers of failed trials that were queued again (their retry stands for them)."""
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
-        return {n for n in (RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials)
-                if n is not None}
 
 
 def outcomes(trials: Sequence[Any]) -> dict[str, Any]:
@@ -132,8 +131,6 @@ def _take(study: Any) -> Any | None:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    from dmlplug_builtins.tune.study import TAKEN_ATTR, WORKER_ATTR, take_mark, worker_id
-
     storage = study._storage
     for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         try:
@@ -169,23 +166,6 @@ def _heartbeat(storage: Any, trial_id: int) -> Iterator[None]:
         thread.join()
 
 
-def recover(study: Any) -> list[int]:
-    """Fail and queue again (once) the running trials of dead workers; returns their numbers."""
-    import optuna
-
-    from dmlplug_builtins.tune.study import recover_lost_trials
-
-    lost = recover_lost_trials(study)  # this machine's dead processes, on any storage
-    if getattr(study._storage, "get_heartbeat_interval", lambda: None)():
-        before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))}
-        optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat
-        trials = study.get_trials(deepcopy=False)
-        retried = retried_numbers(trials)  # not a run that failed on its own meanwhile: those are not retried
-        lost += [t.number for t in trials if t.state == optuna.trial.TrialState.FAIL and t.number not in before
-                 and t.number in retried]
-    return lost
-
-
 def work(study: Any, cells: Sequence[Cell], run_cell: Callable[[Cell], dict[str, float]], *,
          wait: bool = False, echo: Callable[[str], None] = print, poll: float = 2.0) -> GridProgress:
     """Queue the grid's missing cells, then train waiting cells until none is left.
@@ -202,13 +182,11 @@ def work(study: Any, cells: Sequence[Cell], run_cell: Callable[[Cell], dict[str,
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    from dmlplug_builtins.tune.study import REASON_ATTR
-
     by_name = {c.name: c for c in cells}
     queue_cells(study, cells)
     progress = GridProgress()
     while True:
-        for number in recover(study):
+        for number in recover_lost_trials(study):
             progress.recovered.append(number)
             echo(f"trial {number}: its worker died; marked failed and queued again once")
         frozen = _take(study)

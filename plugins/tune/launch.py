@@ -8,7 +8,8 @@ in a process group of its own and watches the run directory that rank 0 writes. 
 to ``metrics.jsonl`` is handed to the per-run hooks' ``on_eval_end`` (the trial's
 :class:`~dmlplug_builtins.tune.trials.FoldReporter`: the same running fold mean, the same pruning as in one
 process); when the pruner says prune, the whole job (agent and ranks) gets SIGTERM — each rank checkpoints after
-its current step and the run ends ``interrupted`` — and SIGKILL after a grace period. The objective is the
+its current step — and SIGKILL after a grace period; the run's ``results.json`` then says ``pruned``, with the
+pruner's reason, as in one process. The objective is the
 ``selection_metrics`` of the job's ``results.json``. A job that exits non-zero fails its trial with the run's
 own error (``results.json``) or the first error line of its log (``fold-I.torchrun.log`` beside the run
 directory). If the tune worker itself dies, the kernel sends the job's agent SIGTERM (Linux), so no orphaned
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dmlplug.errors import RecipeError, RunError
+from dmlplug.errors import RecipeError, RunError, RunStopped
 
 #: Seconds between two looks at the job's metrics file, and how long a stopped job may take to checkpoint.
 POLL = 0.25
@@ -101,8 +102,10 @@ class TorchrunRunner:
                                        preexec_fn=_death_signal())
             try:
                 self._watch(process, out / "metrics.jsonl", hooks)
-            except BaseException:  # pruned, interrupted: the job must not outlive its trial
+            except BaseException as exc:  # pruned, interrupted: the job must not outlive its trial
                 stop(process, self.grace)
+                if isinstance(exc, RunStopped):
+                    record_stop(out, exc)
                 raise
         return finished(out, process.returncode, log_path)
 
@@ -144,6 +147,21 @@ class MetricsTail:
         for raw in chunk[:end].splitlines():
             if raw.strip():
                 yield json.loads(raw)
+
+
+def record_stop(out: Path, stopped: RunStopped) -> None:
+    """Say in a stopped job's ``results.json`` why it stopped, as a run in one process does (``RunStopped``).
+
+    Its ranks only saw SIGTERM and wrote ``interrupted``; the job has ended, so the file is no longer theirs.
+    """
+    from dmlplug.files import write_json
+
+    path = out / "results.json"
+    if not path.is_file():  # stopped before the run directory was complete: nothing to amend
+        return
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    payload.pop("error", None)
+    write_json(path, {**payload, "status": stopped.status, "reason": stopped.what})
 
 
 def finished(out: Path, code: int, log_path: Path) -> JobResult:

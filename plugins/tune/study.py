@@ -20,6 +20,7 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,25 @@ SPACE_ATTR = "dmlplug_space"
 def worker_id() -> str:
     """``host:pid`` of this process: which worker runs a trial."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def require_engine(command: str, storage: str | None = None) -> None:
+    """Fail before anything is written when Optuna, or the PostgreSQL driver a ``storage`` URL needs, is missing.
+
+    Args:
+        command: The command asking, for the message (``"dmlplug tune run"``).
+        storage: The ``--storage`` URL, if any.
+
+    Raises:
+        RunError: A missing package, with the extra that installs it.
+    """
+    import importlib.util
+
+    needed = ["optuna", *(["psycopg"] if storage and storage.startswith("postgres") else [])]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise RunError(f"{command} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                       "not installed", where=command, fix="pip install 'dmlplug[tune]'")
 
 
 def open_storage(tune_dir: Path, url: str | None) -> Any:
@@ -211,11 +231,13 @@ def take_mark(number: int) -> str:
 
 
 def recover_lost_trials(study: Any) -> list[int]:
-    """Fail the RUNNING trials of dead processes on this machine and retry each once; returns their numbers.
+    """Fail the RUNNING trials of dead workers and retry each once; returns their numbers.
 
-    Database storages also do this through the heartbeat (any machine); the journal file has no heartbeat, so a
-    worker starting on the machine checks the process ids of the marks (:func:`take_mark`) instead.
+    On any storage, the dead processes of this machine: the journal file has no heartbeat, so a worker starting
+    on the machine checks the process ids of the marks (:func:`take_mark`). On a database, also any machine's,
+    through Optuna's heartbeat.
     """
+    import optuna
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
@@ -237,7 +259,24 @@ def recover_lost_trials(study: Any) -> list[int]:
             warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
             RetryHeartbeatStaleTrialCallback(max_retry=1)(study, storage.get_trial(trial._trial_id))
         lost.append(int(trial.number))
+    if getattr(storage, "get_heartbeat_interval", lambda: None)():
+        before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+        optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat
+        trials = study.get_trials(deepcopy=False)
+        retried = retried_numbers(trials)  # not a trial that failed on its own meanwhile: those are not retried
+        lost += [t.number for t in trials if t.state == TrialState.FAIL and t.number not in before
+                 and t.number in retried]
     return lost
+
+
+def retried_numbers(trials: Sequence[Any]) -> set[int]:
+    """Numbers of failed trials that were queued again (their retry stands for them)."""
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
+        return {n for n in (RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials)
+                if n is not None}
 
 
 def _alive(pid: int) -> bool:
@@ -256,12 +295,9 @@ def counted(study: Any) -> int:
     A lost worker's trial is failed and retried once (:func:`recover_lost_trials`, the heartbeat): its retry
     counts, the failure does not, so nothing is counted twice.
     """
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "experimental" since Optuna 2.8
-        retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
+    retried = retried_numbers(trials)
     finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     return sum(1 for t in trials if t.state in finished and t.number not in retried)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,15 +75,21 @@ def _metric_names(validated: Any) -> list[str]:
 
 def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: str | None = None,
          overrides: Sequence[str] = (), device: str | None = None, reproductions: int = 0,
-         echo: Callable[[str], None] = print, runner: Any = None, nproc_per_node: int = 1) -> Any:
+         echo: Callable[[str], None] = print, runner: Any = None, nproc_per_node: int = 1,
+         poll: float = 5.0) -> Any:
     """Run trials until the study has ``trials`` counted ones, then reproduce the best configuration.
 
-    With ``nproc_per_node`` above 1 every fold run and reproduction is a torchrun job of that many processes
+    Trials that other workers are running count towards ``trials``, so workers stop together instead of each
+    adding one; with ``reproductions``, the command waits for those trials to end (every ``poll`` seconds,
+    recovering lost ones, and running a lost one's retry itself) before it reproduces the best. With
+    ``nproc_per_node`` above 1 every fold run and reproduction is a torchrun job of that many processes
     (:mod:`.launch`).
 
     Returns:
         The Optuna study.
     """
+    from optuna.trial import TrialState
+
     from dmlplug_builtins.tune.study import counted, open_study, recover_lost_trials
     from dmlplug_builtins.tune.trials import objective
 
@@ -96,15 +103,27 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
         check_world(directory / "recipe.toml", manifest["forwarded"], nproc_per_node)
         runner = TorchrunRunner(nproc_per_node)
     study = open_study(directory, space, identity, storage)
-    for number in recover_lost_trials(study):
-        echo(f"trial {number}: its worker died; marked failed and queued again once")
     arguments = {"space": space, "tune_dir": directory, "settings": space.settings, "overrides": manifest["forwarded"],
                  "epochs": manifest["epochs"], "device": device, "runner": runner}
-    while counted(study) < trials:
-        before = len(study.trials)
-        study.optimize(lambda t: objective(t, **arguments), n_trials=1, catch=(Exception,))
-        last = study.trials[before] if len(study.trials) > before else study.trials[-1]
-        echo(_line(last, counted(study), trials))
+    waiting = False
+    while True:
+        for number in recover_lost_trials(study):
+            echo(f"trial {number}: its worker died; marked failed and queued again once")
+        states = [t.state for t in study.get_trials(deepcopy=False)]
+        # Other workers' running trials count already: without them, workers that are all busy when the study
+        # nears --trials would each start one more trial.
+        if counted(study) + states.count(TrialState.RUNNING) < trials or TrialState.WAITING in states:
+            before = len(study.trials)
+            study.optimize(lambda t: objective(t, **arguments), n_trials=1, catch=(Exception,))
+            last = study.trials[before] if len(study.trials) > before else study.trials[-1]
+            echo(_line(last, counted(study), trials))
+        elif reproductions and TrialState.RUNNING in states:  # the best is known only when the others end
+            if not waiting:
+                echo(f"waiting for {states.count(TrialState.RUNNING)} trial(s) of other workers to end")
+            waiting = True
+            time.sleep(poll)
+        else:
+            break
     if reproductions:
         reproduce(study, space, directory, overrides, reproductions, device=device, echo=echo, runner=runner)
     return study

@@ -110,8 +110,9 @@ def test_a_pruned_trial_stops_its_torchrun_job(tmp_path):
     assert pruned.state == State.PRUNED and list(pruned.intermediate_values) == [1]
     fold = tmp_path / "t" / "trials" / "trial-0001" / "fold-0"
     results = json.loads((fold / "results.json").read_text())
-    # Stopped with SIGTERM long before its 100 epochs: each rank checkpointed and the run says so.
-    assert results["status"] == "interrupted" and results["epochs_completed"] < 100
+    # Stopped with SIGTERM long before its 100 epochs; the run says it was pruned, and why, as in one process.
+    assert results["status"] == "pruned" and results["epochs_completed"] < 100 and "error" not in results
+    assert results["reason"].startswith("pruned at fold 0, epoch 1")
     assert not processes_naming(str(fold)) and not fold.with_name("fold-1").exists()
 
 
