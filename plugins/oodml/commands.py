@@ -171,6 +171,9 @@ def cmd_oodml_run(
     storage: Annotated[str | None, typer.Option(help="Database URL shared by workers on several machines "
                                                      "(postgresql://user:pw@host/db); needs the tune "
                                                      "extra.")] = None,
+    study: Annotated[str | None, typer.Option(help="With --worker or --storage: the study's name in the storage, "
+                                                   "so one database holds several sweeps (default: the name --out "
+                                                   "records, else dmlplug-oodml).")] = None,
 ) -> None:
     """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
     from dmlplug_builtins.oodml.sweep import run_sweep
@@ -183,7 +186,7 @@ def cmd_oodml_run(
     report = run_sweep(recipe, splits, seeds=int_list(seeds, "--seeds"), sweep_dir=out,
                        overrides=list(set_ or []), device=device, part=part,
                        split_ids=int_list(split_ids, "--split-ids") if split_ids else None,
-                       echo=typer.echo, storage=storage, worker=worker)
+                       echo=typer.echo, storage=storage, worker=worker, study_name=study)
     typer.echo(f"sweep {out}: {len(report.ran)} run(s) trained, {len(report.skipped)} skipped (finished), "
                f"{len(report.restarted)} restarted; summarise with `dmlplug oodml summarize {out}`")
 

@@ -71,8 +71,11 @@ class SweepReport:
 
 
 def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], sweep_dir: str | Path,
-                  overrides: Sequence[str] = (), part: str = "zero_shot") -> tuple[Path, Any, dict[str, Any]]:
+                  overrides: Sequence[str] = (), part: str = "zero_shot",
+                  study: str | None = None) -> tuple[Path, Any, dict[str, Any]]:
     """Create (or check and reuse) the sweep directory; returns ``(splits copy, split file, manifest)``.
+
+    ``study`` is the name of the sweep's grid study, when its runs are shared by workers (kept once recorded).
 
     Raises:
         RunError: The directory belongs to another recipe, other overrides, part or split file.
@@ -111,9 +114,13 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
                     fix="use a new --out directory for a changed sweep, or rerun with the original inputs",
                 )
         manifest["seeds"] = sorted(set(existing.get("seeds", [])) | set(manifest["seeds"]))
+        if "study" in existing:
+            manifest["study"] = existing["study"]
     elif directory.exists() and any(directory.iterdir()):
         raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
                        where="--out", fix="choose a new or empty directory")
+    if study is not None:
+        manifest["study"] = study
     save_splits(copy, split_file)
     write_json(existing_path, manifest)
     return copy, split_file, manifest
@@ -135,6 +142,7 @@ def run_sweep(
     echo: Callable[[str], None] = print,
     storage: str | None = None,
     worker: bool = False,
+    study_name: str | None = None,
 ) -> SweepReport:
     """Train and evaluate ``recipe`` on every split (or ``split_ids``) for every seed.
 
@@ -162,6 +170,8 @@ def run_sweep(
         storage: A database URL shared by workers on several machines; with it, or with ``worker``, the runs
             are the cells of a grid study (see :func:`run_on_study`).
         worker: Join the sweep as one more worker: take runs no other worker took, stop when none is left.
+        study_name: The grid study's name in its storage (default: the one the directory records, else
+            ``dmlplug-oodml``), so that one database can hold several sweeps.
 
     Raises:
         DataError: A requested split id is not in the file.
@@ -196,20 +206,27 @@ def run_sweep(
         pending = any(run_status(run_directory(sweep_dir, split_id, seed)) != "completed" for seed in seeds)
         if check_data and pending:
             check_split(wrapped, first_run, split_id)
-    if storage is not None:  # an unreachable database is an error before anything is written
-        from dmlplug_builtins.tune.study import open_storage
+    shared = worker or storage is not None
+    if study_name is not None and not shared:
+        raise RunError("--study names the study that workers share; a sweep without --worker or --storage has none",
+                       where="--study", fix="add --worker (or --storage URL), or leave out --study")
+    name = None
+    if shared:
+        from dmlplug_builtins.tune.study import open_storage, resolve_study_name
 
-        open_storage(Path(sweep_dir), storage)
-    splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part)
+        name = resolve_study_name(Path(sweep_dir) / MANIFEST, study_name, STUDY)
+        if storage is not None:  # an unreachable database is an error before anything is written
+            open_storage(Path(sweep_dir), storage)
+    splits_copy, split_file, _ = prepare_sweep(recipe, splits, seeds, sweep_dir, overrides, part, name)
     report = SweepReport(Path(sweep_dir))
     total = len(chosen) * len(seeds)
     done = 0
     split_paths = {split_id: write_split_recipe(split_recipe(base, splits_copy.resolve(), split_id, part),
                                                 Path(sweep_dir) / f"split-{split_id:02d}" / RECIPE, recipe)
                    for split_id in chosen}
-    if worker or storage is not None:
+    if shared:
         return run_on_study(report, chosen, seeds, split_paths, forwarded, storage=storage, worker=worker,
-                            device=device, quiet=quiet, runner=runner, echo=echo)
+                            device=device, quiet=quiet, runner=runner, echo=echo, study_name=name or STUDY)
     for split_id in chosen:
         split_path = split_paths[split_id]
         for seed in seeds:
@@ -236,7 +253,7 @@ def run_sweep(
 
 def run_on_study(report: SweepReport, split_ids: Sequence[int], seeds: Sequence[int], split_paths: dict[int, Path],
                  forwarded: Sequence[str], *, storage: str | None, worker: bool, device: str | None, quiet: bool,
-                 runner: Callable[..., Any], echo: Callable[[str], None]) -> SweepReport:
+                 runner: Callable[..., Any], echo: Callable[[str], None], study_name: str = STUDY) -> SweepReport:
     """The sweep's (split, seed) runs as the cells of a grid study (``dmlplug_builtins.tune.grid``).
 
     Any number of ``--worker`` processes (and machines, with a database ``storage``) share the runs: each is
@@ -251,7 +268,7 @@ def run_on_study(report: SweepReport, split_ids: Sequence[int], seeds: Sequence[
     identity = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("recipe_text", "overrides", "part",
                                                                        "splits_sha256")},
                                          sort_keys=True).encode()).hexdigest()
-    study = open_grid_study(sweep_dir, storage, STUDY, identity)
+    study = open_grid_study(sweep_dir, storage, study_name, identity)
     cells = [Cell(run_directory("", i, s).as_posix(), {"split": int(i), "seed": int(s)}) for i in split_ids
              for s in seeds]
 

@@ -30,6 +30,8 @@ def cmd_tune_run(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1,
                                                 help="Run every fold and reproduction as a torchrun job of N "
                                                      "processes (one machine, --standalone).")] = 1,
+    study: Annotated[str | None, typer.Option(help="The study's name in the storage, so one database holds several "
+                                                   "(default: the name --dir records, else dmlplug-tune).")] = None,
 ) -> None:
     """Search the space with k-fold cross-validation on the training classes; resumable, shareable by workers."""
     from dmlplug_builtins.tune.study import require_engine
@@ -38,7 +40,8 @@ def cmd_tune_run(
     require_engine("dmlplug tune run", storage)
 
     tune(space, dir_, trials=trials, storage=storage, overrides=list(set_ or []), device=device,
-         reproductions=0 if worker else reproductions, echo=typer.echo, nproc_per_node=nproc_per_node)
+         reproductions=0 if worker else reproductions, echo=typer.echo, nproc_per_node=nproc_per_node,
+         study_name=study)
 
 
 def cmd_tune_validate(
@@ -85,6 +88,8 @@ def cmd_sweep_run(
     set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value for every run "
                                                                  "(repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda for every run.")] = None,
+    study: Annotated[str | None, typer.Option(help="The study's name in the storage, so one database holds several "
+                                                   "(default: the name --dir records, else dmlplug-sweep).")] = None,
 ) -> None:
     """Train a recipe over a grid of values and seeds, each run once; resumable, shareable by workers."""
     from dmlplug_builtins.tune.study import require_engine
@@ -92,7 +97,7 @@ def cmd_sweep_run(
 
     require_engine("dmlplug sweep run", storage)
     sweep(target, dir_, grid=list(grid or []), seeds=seeds, storage=storage, overrides=list(set_ or []),
-          device=device, worker=worker, echo=typer.echo)
+          device=device, worker=worker, echo=typer.echo, study_name=study)
 
 
 def cmd_sweep_validate(

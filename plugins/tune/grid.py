@@ -82,7 +82,8 @@ def open_grid_study(directory: Path, storage_url: str | None, study_name: str, i
         raise RunError(f"the study {study_name!r} in this storage belongs to another sweep (another recipe, "
                        "--set overrides or split file)",
                        where=_hidden(storage_url) if storage_url else str(directory / JOURNAL),
-                       fix="use a new directory (or another database) for another sweep, or rerun the original one")
+                       fix="use a new directory (with a database, also another --study) for another sweep, or rerun "
+                           "the original one")
     return study
 
 

@@ -36,9 +36,10 @@ def load(tune_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=STUDY, storage=open_storage(tune_dir, storage))
+        study = optuna.load_study(study_name=manifest.get("study", STUDY), storage=open_storage(tune_dir, storage))
     except KeyError:
-        raise RunError(f"no study in the storage of {tune_dir}", where=storage or str(tune_dir),
+        raise RunError(f"no study {manifest.get('study', STUDY)!r} in the storage of {tune_dir}",
+                       where=storage or str(tune_dir),
                        fix="run `dmlplug tune run` first, or give its --storage") from None
     return manifest, study
 

@@ -16,6 +16,7 @@ heartbeat). Optuna is imported inside the functions: the CLI starts without it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -43,6 +44,27 @@ SPACE_ATTR = "dmlplug_space"
 def worker_id() -> str:
     """``host:pid`` of this process: which worker runs a trial."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def resolve_study_name(manifest_path: Path, given: str | None, default: str) -> str:
+    """The name of a directory's study: ``--study`` (``given``), else the one its manifest records, else ``default``.
+
+    One database holds any number of studies, each under its own name; the name is recorded in the directory's
+    manifest, so later commands on the directory (resume, workers, report) find the study without ``--study``.
+
+    Raises:
+        RunError: An empty or over-long name, or one other than the name the directory's manifest records.
+    """
+    if given is not None and not (0 < len(given.strip()) == len(given) <= 512):
+        raise RunError(f"--study {given!r} is not a study name", where="--study",
+                       fix="give 1 to 512 characters without leading or trailing spaces")
+    recorded = None
+    if manifest_path.is_file():
+        recorded = json.loads(manifest_path.read_text(encoding="utf-8")).get("study")
+    if given is not None and recorded is not None and given != recorded:
+        raise RunError(f"{manifest_path.parent} belongs to the study {recorded!r}, not {given!r}", where="--study",
+                       fix=f"give --study {recorded} (or none) to continue it, or a new --dir for another study")
+    return given or recorded or default
 
 
 def require_engine(command: str, storage: str | None = None) -> None:
@@ -198,8 +220,8 @@ def make_pruner(settings: Any) -> Any:
     return optuna.pruners.PercentilePruner(percentile, n_startup_trials=settings.startup_trials, n_warmup_steps=0)
 
 
-def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None) -> Any:
-    """Create or load the study; refuse one made for another space.
+def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None, name: str = STUDY) -> Any:
+    """Create or load the study called ``name``; refuse one made for another space.
 
     Raises:
         RunError: The storage is unreachable, or its study was created with another space or recipe.
@@ -208,16 +230,17 @@ def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | Non
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(tune_dir, storage_url)
-    study = optuna.create_study(study_name=STUDY, storage=storage, direction=space.settings.direction,
+    study = optuna.create_study(study_name=name, storage=storage, direction=space.settings.direction,
                                 sampler=make_sampler(space.settings.sampler, space.settings.sampler_seed, space),
                                 pruner=make_pruner(space.settings), load_if_exists=True)
     stored = study.user_attrs.get(SPACE_ATTR)
     if stored is None:
         study.set_user_attr(SPACE_ATTR, identity)
     elif stored != identity:
-        raise RunError("the study was created with another space, recipe or --set overrides",
+        raise RunError(f"the study {name!r} was created with another space, recipe or --set overrides",
                        where=storage_url and _hidden(storage_url) or str(tune_dir / JOURNAL),
-                       fix="use a new --dir (or another database) for a changed search, or run the original one")
+                       fix="use a new --dir (with a database, also another --study) for a changed search, or run "
+                           "the original one")
     return study
 
 
@@ -261,7 +284,9 @@ def recover_lost_trials(study: Any) -> list[int]:
         lost.append(int(trial.number))
     if getattr(storage, "get_heartbeat_interval", lambda: None)():
         before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-        optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # since Optuna 2.9
+            optuna.storages.fail_stale_trials(study)  # any machine's, through the heartbeat
         trials = study.get_trials(deepcopy=False)
         retried = retried_numbers(trials)  # not a trial that failed on its own meanwhile: those are not retried
         lost += [t.number for t in trials if t.state == TrialState.FAIL and t.number not in before

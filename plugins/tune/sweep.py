@@ -204,18 +204,23 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
     return Grid(space, sorted(set(chosen)), metric, str(validated.recipe.evaluation.mode), list(overrides))
 
 
-def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None) -> tuple[Path, Any]:
+def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str | None = None) -> tuple[Path, Any]:
     """Check the directory, open the study, write the manifest; returns ``(directory, study)``.
 
+    The study is called ``study``, else what the manifest records, else ``dmlplug-sweep``.
+
     Raises:
-        RunError: The directory holds another sweep or something else, or the storage cannot be reached.
+        RunError: The directory holds another sweep, something else, or another study's runs, or the storage
+            cannot be reached.
     """
     from dmlplug.files import write_json
     from dmlplug_builtins.tune.grid import open_grid_study
+    from dmlplug_builtins.tune.study import resolve_study_name
 
     directory = Path(sweep_dir)
     manifest_path = directory / MANIFEST
     identity = grid.identity()
+    name = resolve_study_name(manifest_path, study, STUDY)
     if manifest_path.is_file():
         existing = json.loads(manifest_path.read_text(encoding="utf-8"))
         if existing.get("format") != FORMAT:
@@ -228,10 +233,10 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None) -> tuple[Pat
     elif directory.exists() and any(directory.iterdir()):
         raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
                        where="--dir", fix="choose a new or empty directory")
-    study = open_grid_study(directory, storage, STUDY, identity)
+    opened = open_grid_study(directory, storage, name, identity)
     write_json(manifest_path, {"format": FORMAT, "recipe": str(grid.recipe_path), "overrides": grid.overrides,
-                               "identity": identity, "metric": grid.metric, "mode": grid.mode})
-    return directory, study
+                               "identity": identity, "metric": grid.metric, "mode": grid.mode, "study": name})
+    return directory, opened
 
 
 def run_cell_factory(directory: Path, grid: Grid, device: str | None, runner: Any = None) -> Callable[[Any], Any]:
@@ -259,15 +264,17 @@ def run_cell_factory(directory: Path, grid: Grid, device: str | None, runner: An
 
 def sweep(target: str | Path, sweep_dir: str | Path, *, grid: Sequence[str] = (), seeds: str | None = None,
           storage: str | None = None, overrides: Sequence[str] = (), device: str | None = None,
-          worker: bool = False, echo: Callable[[str], None] = print, runner: Any = None) -> Any:
+          worker: bool = False, echo: Callable[[str], None] = print, runner: Any = None,
+          study_name: str | None = None) -> Any:
     """Train every (configuration, seed) of the grid that no worker trained yet; returns the :class:`GridProgress`.
 
     Without ``worker`` the command also waits for other workers' runs to end (and recovers lost ones).
+    ``study_name`` names the study in its storage (see :func:`prepare`).
     """
     from dmlplug_builtins.tune.grid import tally, work
 
     checked = load_grid(target, grid, seeds, overrides)
-    directory, study = prepare(checked, sweep_dir, storage)
+    directory, study = prepare(checked, sweep_dir, storage, study_name)
     cells = checked.cells()
     progress = work(study, cells, run_cell_factory(directory, checked, device, runner), wait=not worker, echo=echo)
     counts = tally(study, cells)

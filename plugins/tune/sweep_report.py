@@ -35,9 +35,10 @@ def load(sweep_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
                        where=str(sweep_dir), fix="give the --dir of a `dmlplug sweep run`")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=STUDY, storage=open_storage(sweep_dir, storage))
+        study = optuna.load_study(study_name=manifest.get("study", STUDY), storage=open_storage(sweep_dir, storage))
     except KeyError:
-        raise RunError(f"no sweep study in the storage of {sweep_dir}", where=storage or str(sweep_dir),
+        raise RunError(f"no sweep study {manifest.get('study', STUDY)!r} in the storage of {sweep_dir}",
+                       where=storage or str(sweep_dir),
                        fix="run `dmlplug sweep run` first, or give its --storage") from None
     return manifest, study
 

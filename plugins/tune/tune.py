@@ -21,18 +21,23 @@ from dmlplug.errors import RecipeError, RunError
 MANIFEST = "tune.json"
 
 
-def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[str]) -> tuple[Any, Path, str]:
+def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[str],
+            study: str | None = None) -> tuple[Any, Path, str]:
     """Load and check the space, write the fold recipe and manifest; returns ``(space, tune dir, identity)``.
+
+    The manifest records the study's name (``study``, else the one recorded, else ``dmlplug-tune``).
 
     Raises:
         RecipeError: The space or the recipe is invalid (nothing is written then).
-        RunError: The directory holds another search.
+        RunError: The directory holds another search, or belongs to another study.
     """
     import dmlplug
     from dmlplug.files import write_json, write_text
     from dmlplug_builtins.tune.space import check_space, load_space
+    from dmlplug_builtins.tune.study import STUDY, resolve_study_name
     from dmlplug_builtins.tune.trials import RECIPE, fold_recipe, wrapped_key
 
+    name = resolve_study_name(Path(tune_dir) / MANIFEST, study, STUDY)
     space = load_space(space_path)
     check_space(space, list(overrides))
     raw = tomllib.loads(space.recipe_path.read_text(encoding="utf-8"))
@@ -60,7 +65,7 @@ def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[st
                + tomli_w.dumps(recipe))
     write_json(manifest_path, {"format": "dmlplug.tune", "space": str(space.path.resolve()),
                                "recipe": str(space.recipe_path), "overrides": list(overrides),
-                               "forwarded": forwarded, "identity": identity,
+                               "forwarded": forwarded, "identity": identity, "study": name,
                                "epochs": int(validated.recipe.run.epochs)})
     return space, directory, identity
 
@@ -76,14 +81,15 @@ def _metric_names(validated: Any) -> list[str]:
 def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: str | None = None,
          overrides: Sequence[str] = (), device: str | None = None, reproductions: int = 0,
          echo: Callable[[str], None] = print, runner: Any = None, nproc_per_node: int = 1,
-         poll: float = 5.0) -> Any:
+         poll: float = 5.0, study_name: str | None = None) -> Any:
     """Run trials until the study has ``trials`` counted ones, then reproduce the best configuration.
 
     Trials that other workers are running count towards ``trials``, so workers stop together instead of each
     adding one; with ``reproductions``, the command waits for those trials to end (every ``poll`` seconds,
     recovering lost ones, and running a lost one's retry itself) before it reproduces the best. With
     ``nproc_per_node`` above 1 every fold run and reproduction is a torchrun job of that many processes
-    (:mod:`.launch`).
+    (:mod:`.launch`). ``study_name`` names the study in its storage (default: the one the directory records, else
+    ``dmlplug-tune``), so one database can hold several searches.
 
     Returns:
         The Optuna study.
@@ -93,7 +99,7 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     from dmlplug_builtins.tune.study import counted, open_study, recover_lost_trials
     from dmlplug_builtins.tune.trials import objective
 
-    space, directory, identity = prepare(space_path, tune_dir, overrides)
+    space, directory, identity = prepare(space_path, tune_dir, overrides, study_name)
     if space.settings.sampler == "grid":  # every combination once: a grid has no more trials to give
         trials = min(trials, math.prod(len(p.choices or ()) for p in space.params.values()))
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -102,7 +108,7 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
 
         check_world(directory / "recipe.toml", manifest["forwarded"], nproc_per_node)
         runner = TorchrunRunner(nproc_per_node)
-    study = open_study(directory, space, identity, storage)
+    study = open_study(directory, space, identity, storage, manifest["study"])
     arguments = {"space": space, "tune_dir": directory, "settings": space.settings, "overrides": manifest["forwarded"],
                  "epochs": manifest["epochs"], "device": device, "runner": runner}
     waiting = False

@@ -1,5 +1,6 @@
 """Several ``dmlplug tune run --worker`` processes on one study: the embedded journal file (with a worker SIGKILLed
-mid-trial and the study resumed) and a real PostgreSQL server started here (issue #28 items 4 and 7)."""
+mid-trial and the study resumed) and a real PostgreSQL server started here (issue #28 items 4 and 7), where a
+worker lost on another machine is found through its stopped heartbeat."""
 
 import os
 import signal
@@ -71,3 +72,37 @@ def test_two_workers_share_a_study_on_postgresql(tmp_path):
         assert len(trials) == 2 and all(t.state == State.COMPLETE for t in trials)
         assert len({t.user_attrs["worker"] for t in trials}) == 2, outputs
         assert not (tmp_path / "t" / "journal.log").exists()  # the database holds the study, not the directory
+
+
+class Scored:
+    def __init__(self, value):
+        self.selection_metrics = {"map@r": value}
+
+
+@pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")  # our ask()
+def test_a_worker_lost_on_another_machine_is_found_by_its_heartbeat(tmp_path, monkeypatch):
+    # Another machine's worker: its process id means nothing here, only its stopped heartbeat tells it is gone.
+    from dmlplug_builtins.tune import study as study_module
+    from dmlplug_builtins.tune.study import TAKEN_ATTR, WORKER_ATTR
+    from dmlplug_builtins.tune.tune import tune
+
+    monkeypatch.setattr(study_module, "HEARTBEAT", 1)
+    monkeypatch.setattr(study_module, "GRACE", 2)
+    space = write_tiny(tmp_path)
+    lines = []
+    options = {"runner": lambda *a, **k: Scored(0.5), "echo": lines.append}
+    with postgres_server() as url:
+        study = tune(space, tmp_path / "t", trials=1, storage=url, **options)
+        lost = study.ask()
+        for key, value in ((WORKER_ATTR, "elsewhere:4242"), (TAKEN_ATTR, f"elsewhere:4242#{lost.number}")):
+            study._storage.set_trial_user_attr(lost._trial_id, key, value)
+        study._storage.record_heartbeat(lost._trial_id)
+        time.sleep(3)  # past the grace period: the heartbeat has stopped
+        study = tune(space, tmp_path / "t", trials=2, storage=url, **options)
+        trials = study.get_trials()
+        assert f"trial {lost.number}: its worker died; marked failed and queued again once" in lines
+        assert trials[lost.number].state == State.FAIL
+        retries = [t for t in trials if t.system_attrs.get("failed_trial") == lost.number]
+        assert len(retries) == 1 and retries[0].state == State.COMPLETE
+        assert counted(study) == 2 and len(trials) == 3  # the lost trial replaced by its retry, not counted twice
