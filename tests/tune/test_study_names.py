@@ -8,7 +8,7 @@ import optuna
 import pytest
 from e2e import TINY_RECIPE
 from postgres import postgres_server, server_binaries
-from tiny import write_tiny
+from tiny import Scored, scoring_runner, write_tiny
 
 from dmlplug.errors import RunError
 from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, save_splits
@@ -19,18 +19,6 @@ from dmlplug_builtins.tune.sweep_report import load as load_sweep
 from dmlplug_builtins.tune.tune import tune
 
 QUIET = {"echo": lambda _: None}
-
-
-class Result:
-    def __init__(self, value):
-        self.selection_metrics = {"map@r": value}
-        self.metrics = {"map@r": value}
-
-
-def scoring_runner(recipe, overrides, **options):
-    """No training: the score is a function of the sampled learning rate."""
-    lr = float(next((o for o in overrides if o.startswith("optimizer.lr=")), "=1e-3").partition("=")[2])
-    return Result(1.0 / (1.0 + abs(lr - 3e-3) * 100))
 
 
 def oodml_runner(recipe_path, overrides, *, out, device, quiet):
@@ -78,7 +66,7 @@ def test_one_database_holds_several_searches_and_sweeps(tmp_path):
         with pytest.raises(RunError, match="the study 'dmlplug-tune' was created with another space"):
             tune(first, tmp_path / "clash", trials=1, storage=url, runner=scoring_runner, **QUIET)
         sweep(first.parent / "recipe.toml", tmp_path / "grid", grid=["optimizer.lr=0.001,0.01"], storage=url,
-              study_name="lr-grid", runner=lambda *a, out, **k: Result(0.5), **QUIET)
+              study_name="lr-grid", runner=lambda *a, out, **k: Scored(0.5), **QUIET)
         run_sweep(tmp_path / "r.toml", splits, seeds=[0, 1], sweep_dir=tmp_path / "oodml", storage=url,
                   study_name="oodml-a", runner=oodml_runner, check_data=False, **QUIET)
         names = set(optuna.get_all_study_names(url))

@@ -2,20 +2,9 @@
 opening the study with the same seed) continues the draws an uninterrupted search makes, never repeats them."""
 
 import pytest
-from tiny import write_tiny
+from tiny import scoring_runner, write_tiny
 
 from dmlplug_builtins.tune.tune import tune
-
-
-class Result:
-    def __init__(self, value):
-        self.selection_metrics = {"map@r": value}
-
-
-def scoring_runner(recipe, overrides, **options):
-    """No training: the score is a function of the sampled learning rate (a smooth objective for TPE)."""
-    lr = float(next(o for o in overrides if o.startswith("optimizer.lr=")).partition("=")[2])
-    return Result(1.0 / (1.0 + abs(lr - 3e-3) * 100))
 
 
 def params(study):

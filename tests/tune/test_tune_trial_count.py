@@ -5,25 +5,13 @@ import threading
 import time
 
 import optuna
-from tiny import write_tiny
+from tiny import scoring_runner, write_tiny
 
 from dmlplug_builtins.tune.report import load
 from dmlplug_builtins.tune.study import counted
 from dmlplug_builtins.tune.tune import tune
 
 State = optuna.trial.TrialState
-
-
-class Result:
-    def __init__(self, value):
-        self.selection_metrics = {"map@r": value}
-        self.metrics = {"map@r": value}
-
-
-def scoring_runner(recipe, overrides, **options):
-    """No training: the score is a function of the sampled learning rate."""
-    lr = float(next((o for o in overrides if o.startswith("optimizer.lr=")), "=1e-3").partition("=")[2])
-    return Result(1.0 / (1.0 + abs(lr - 3e-3) * 100))
 
 
 def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits_for_them(tmp_path):

@@ -11,7 +11,7 @@ import time
 import optuna
 import pytest
 from postgres import postgres_server, server_binaries
-from tiny import write_tiny
+from tiny import Scored, write_tiny
 
 from dmlplug_builtins.tune.report import load
 from dmlplug_builtins.tune.study import counted
@@ -72,11 +72,6 @@ def test_two_workers_share_a_study_on_postgresql(tmp_path):
         assert len(trials) == 2 and all(t.state == State.COMPLETE for t in trials)
         assert len({t.user_attrs["worker"] for t in trials}) == 2, outputs
         assert not (tmp_path / "t" / "journal.log").exists()  # the database holds the study, not the directory
-
-
-class Scored:
-    def __init__(self, value):
-        self.selection_metrics = {"map@r": value}
 
 
 @pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
