@@ -34,6 +34,21 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
     return path
 
 
+def free_for(directory: Path, manifest: str) -> bool:
+    """Whether ``directory`` may become a new directory whose ``manifest`` file marks what it holds.
+
+    True when it does not exist or holds nothing but the manifest's own temporary files: another process may be
+    writing that manifest right now (workers starting together on one new directory), so those files do not
+    make the directory someone else's. Commands that own a directory write their manifest first, so a directory
+    with anything else in it and no manifest is not theirs.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return not directory.exists()
+    pending = (f".{manifest}.", ".tmp")
+    return all(p.name.startswith(pending[0]) and p.name.endswith(pending[1]) for p in directory.iterdir())
+
+
 def _umask() -> int:
     # Linux shows the umask in /proc; elsewhere os.umask can only read it by setting it (set back at once).
     try:

@@ -80,7 +80,7 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
     Raises:
         RunError: The directory belongs to another recipe, other overrides, part or split file.
     """
-    from dmlplug.files import write_json
+    from dmlplug.files import free_for, write_json
     from dmlplug_builtins.oodml.splitfile import read_split_file, save_splits
 
     recipe_path = Path(recipe)
@@ -116,13 +116,13 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
         manifest["seeds"] = sorted(set(existing.get("seeds", [])) | set(manifest["seeds"]))
         if "study" in existing:
             manifest["study"] = existing["study"]
-    elif directory.exists() and any(directory.iterdir()):
+    elif not free_for(directory, MANIFEST):
         raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
                        where="--out", fix="choose a new or empty directory")
     if study is not None:
         manifest["study"] = study
+    write_json(existing_path, manifest)  # first: workers starting together on a new --out see whose it is
     save_splits(copy, split_file)
-    write_json(existing_path, manifest)
     return copy, split_file, manifest
 
 

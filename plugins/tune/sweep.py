@@ -18,6 +18,7 @@ Layout of a sweep directory::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -213,7 +214,7 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
         RunError: The directory holds another sweep, something else, or another study's runs, or the storage
             cannot be reached.
     """
-    from dmlplug.files import write_json
+    from dmlplug.files import free_for, write_json
     from dmlplug_builtins.tune.grid import open_grid_study
     from dmlplug_builtins.tune.study import resolve_study_name
 
@@ -230,13 +231,21 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
             raise RunError(f"{directory} holds a sweep of another recipe or other --set overrides "
                            f"({existing.get('recipe')})", where="--dir",
                            fix="use a new --dir for another sweep, or rerun with the original recipe and --set")
-    elif directory.exists() and any(directory.iterdir()):
+    elif not free_for(directory, MANIFEST):
         raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
                        where="--dir", fix="choose a new or empty directory")
-    opened = open_grid_study(directory, storage, name, identity)
+    fresh = not manifest_path.is_file()
+    # The manifest first: workers starting together on a new --dir see whose directory it is.
     write_json(manifest_path, {"format": FORMAT, "recipe": str(grid.recipe_path), "overrides": grid.overrides,
                                "identity": identity, "metric": grid.metric, "mode": grid.mode, "study": name})
-    return directory, opened
+    try:
+        return directory, open_grid_study(directory, storage, name, identity)
+    except RunError:
+        if fresh:  # nothing of this sweep exists: leave no manifest naming a study it never had
+            manifest_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # and no directory, unless something else is in it
+                directory.rmdir()
+        raise
 
 
 def run_cell_factory(directory: Path, grid: Grid, device: str | None, runner: Any = None) -> Callable[[Any], Any]:

@@ -5,6 +5,7 @@ import threading
 import time
 
 import optuna
+import pytest
 from tiny import scoring_runner, write_tiny
 
 from dmlplug_builtins.tune.report import load
@@ -41,3 +42,23 @@ def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits
     assert "waiting for 1 trial(s) of other workers to end" in lines
     assert summary.stat().st_mtime >= told[0] - 0.01  # reproduced after the other trial ended (10 ms of clock slack)
     assert len(study.get_trials()) == 3 and counted(study) == 3  # no trial past --trials
+
+
+def test_a_new_directory_another_worker_is_claiming_is_not_someone_elses(tmp_path):
+    # Workers started together on a new --dir: one is writing the manifest (its temporary file is all there is)
+    # when the other looks. That directory is free for the search; anything else in it without a manifest is not.
+    from dmlplug.errors import RunError
+    from dmlplug.files import free_for
+
+    folder = tmp_path / "t"
+    assert free_for(folder, "tune.json")
+    folder.mkdir()
+    (folder / ".tune.json.k2j3.tmp").write_text("{")
+    assert free_for(folder, "tune.json")
+    space = write_tiny(tmp_path)
+    tune(space, folder, trials=1, runner=scoring_runner, echo=lambda _: None)
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "recipe.toml").write_text("")
+    assert not free_for(tmp_path / "u", "tune.json")
+    with pytest.raises(RunError, match="is not empty and is not a tune directory"):
+        tune(space, tmp_path / "u", trials=1, runner=scoring_runner, echo=lambda _: None)
