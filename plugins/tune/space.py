@@ -44,6 +44,7 @@ from dmlplug.params import Params
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "grid")
 PRUNERS = ("median", "percentile", "none")
+PRUNE_AT = ("epoch", "fold")
 
 
 class ParamSpec(Params):
@@ -106,6 +107,11 @@ class TuneSettings(Params):
                                      + ", ".join(PRUNERS) + ".")
     percentile: float = Field(50.0, gt=0, lt=100, description="Percentile of the percentile pruner.")
     startup_trials: int = Field(5, ge=0, description="Trials finished before the pruner prunes.")
+    warmup_epochs: int = Field(0, ge=0, description="Trial-epochs every trial trains before the pruner may stop "
+                               "it (Optuna's n_warmup_steps; the recipe's run.epochs lets every trial finish its "
+                               "first fold).")
+    prune_at: Literal[PRUNE_AT] = Field("epoch", description="When the pruner looks: after every validated "  # type: ignore[valid-type]
+                                        "epoch, or only when a fold ends (the running mean of whole folds).")
 
 
 class SpaceFile(Params):
@@ -129,7 +135,8 @@ class Space:
     def identity(self, overrides: list[str]) -> str:
         """A hash of what makes trials comparable: recipe text, overrides, protocol and parameters."""
         settings = self.settings.model_dump(mode="json")
-        for key in ("sampler", "sampler_seed", "tpe_startup_trials", "pruner", "percentile", "startup_trials"):
+        for key in ("sampler", "sampler_seed", "tpe_startup_trials", "pruner", "percentile", "startup_trials",
+                    "warmup_epochs", "prune_at"):
             settings.pop(key)  # how trials are chosen, not what they measure
         blob = {"recipe": self.recipe_path.read_text(encoding="utf-8"), "overrides": list(overrides),
                 "settings": settings, "params": {k: v.model_dump(mode="json") for k, v in self.params.items()}}

@@ -211,13 +211,18 @@ def trial_sampler(make: Any, seed: int) -> Any:
 
 
 def make_pruner(settings: Any) -> Any:
-    """The pruner: median or percentile over the running mean of the folds, or none."""
+    """The pruner: median or percentile over the running mean of the folds, or none.
+
+    Steps are trial-epochs counted from 1 (:class:`~dmlplug_builtins.tune.trials.FoldReporter`), so Optuna's
+    ``n_warmup_steps = warmup_epochs`` first prunes a trial once it has trained ``warmup_epochs`` epochs.
+    """
     import optuna
 
     if settings.pruner == "none":
         return optuna.pruners.NopPruner()
     percentile = 50.0 if settings.pruner == "median" else settings.percentile
-    return optuna.pruners.PercentilePruner(percentile, n_startup_trials=settings.startup_trials, n_warmup_steps=0)
+    return optuna.pruners.PercentilePruner(percentile, n_startup_trials=settings.startup_trials,
+                                          n_warmup_steps=settings.warmup_epochs)
 
 
 def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None, name: str = STUDY) -> Any:

@@ -3,8 +3,10 @@
 Every fold run goes through :func:`dmlplug.run` with a per-run hook object (:class:`FoldReporter`) whose
 ``on_eval_end`` reports the validation metric to Optuna at step ``fold * epochs + epoch``, as the mean of the
 finished folds' scores and this fold's latest one, so the pruner compares trials on the same scale at every
-step. A pruned trial's current fold run ends with status ``pruned`` and the pruner's reason in its results.json
-(:func:`fold_pruned`: the hook raises :class:`dmlplug.errors.RunStopped`, which is also Optuna's ``TrialPruned``).
+step; with ``prune_at = "fold"`` it asks the pruner only when a fold ends, so trials are compared on the mean of
+whole folds rather than on a fold's early epochs. A pruned trial's current fold run ends with status ``pruned``
+and the pruner's reason in its results.json (:func:`fold_pruned`: the hook raises
+:class:`dmlplug.errors.RunStopped`, which is also Optuna's ``TrialPruned``).
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ def wrapped_key(key: str) -> str:
 class FoldReporter:
     """Per-run hook: report the running fold mean to the trial and prune when the pruner says so."""
 
-    def __init__(self, trial: Any, fold: int, epochs: int, metric: str, finished: Sequence[float]):
+    def __init__(self, trial: Any, fold: int, epochs: int, metric: str, finished: Sequence[float],
+                 prune_at: str = "epoch"):
         self.trial, self.fold, self.epochs, self.metric = trial, fold, max(epochs, 1), metric
-        self.finished = list(finished)
+        self.finished, self.prune_at = list(finished), prune_at
 
     @hookimpl
     def on_eval_end(self, run: Any, epoch: int, split: str, metrics: dict[str, float]) -> None:
@@ -63,6 +66,10 @@ class FoldReporter:
             return
         running = statistics.fmean([*self.finished, value])
         self.trial.report(running, self.fold * self.epochs + epoch)
+        # every epoch is reported (the pruner's percentiles need every step), but with prune_at = "fold" only a
+        # finished fold may end the trial
+        if self.prune_at == "fold" and epoch < self.epochs:
+            return
         if self.trial.should_prune():
             raise fold_pruned()(f"pruned at fold {self.fold}, epoch {epoch} (running mean {running:.4f})",
                                 status="pruned")
@@ -103,7 +110,7 @@ def run_trial(trial: Any, *, tune_dir: Path, settings: Any, values: dict[str, An
         out = trial_dir / f"fold-{fold}"
         if out.exists():
             shutil.rmtree(out)  # a trial number is never reused; only a crash of this very call leaves one
-        reporter = FoldReporter(trial, fold, epochs, settings.metric, scores)
+        reporter = FoldReporter(trial, fold, epochs, settings.metric, scores, settings.prune_at)
         result = runner(tune_dir / RECIPE, [*overrides, *sampled, f"data.dataset.fold={fold}"], out=out,
                         device=device, quiet=True, hooks=[reporter])
         value = result.selection_metrics.get(settings.metric)

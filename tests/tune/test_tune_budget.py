@@ -52,7 +52,7 @@ def test_headline_compares_each_arm_with_the_others_final_best(bench):
     assert lines[1] == "mean over seeds: random reached tpe's final best 0.7500 after never, within the budget"
     # per seed: tpe s0 reaches 0.65 at 4 (40%), s1 reaches 0.7 at 6 (60%); random s0 never reaches 0.7, s1 never 0.8
     assert lines[2].endswith(": 40% 60%") and lines[3].endswith(": - -")
-    assert lines[4].startswith("target (tpe+pruning reaches random's best with at least 40% fewer epochs): met")
+    assert lines[4].startswith("target (tpe reaches random's best with at least 40% fewer epochs): met; final best tpe")
     lines = bench.headline({"tpe": rnd, "random": tpe}, budget)  # the arms swapped: 0.675 never reaches 0.75
     assert "never" in lines[0] and "after 6 of 10" in lines[1] and ": not met;" in lines[4]
 
@@ -66,7 +66,7 @@ def test_quick_run_end_to_end(bench, tmp_path, capsys, single_thread):
     printed = capsys.readouterr().out
     data = json.loads((tmp_path / "all.json").read_text())
     budget = data["budget"]
-    assert {(r["arm"], r["seed"]) for r in data["results"]} == {("tpe", 0), ("random", 0)}
+    assert {(r["arm"], r["seed"]) for r in data["results"]} == {("tpe", 0), ("tpe-fold", 0), ("random", 0)}
     for result in data["results"]:
         tune_dir = tmp_path / f"{result['arm']}-{result['seed']}"
         study = load(tune_dir, None)[1]
@@ -90,5 +90,6 @@ def test_quick_run_end_to_end(bench, tmp_path, capsys, single_thread):
         assert len(stopped) == 1 and not (tune_dir / "trials" / f"trial-{stopped[0].number:04d}" / "fold-0").exists()
         if result["arm"] == "random":
             assert all(r["state"] == "complete" for r in result["trials"])  # no pruner
-    assert "mean over seeds: tpe reached random's final best" in printed
+    for arm in ("tpe", "tpe-fold"):
+        assert f"mean over seeds: {arm} reached random's final best" in printed
     assert f"budget {budget} trial-epochs per study" in printed

@@ -14,6 +14,8 @@ from tiny import write_tiny
 import dmlplug
 from dmlplug.plugins import get_host
 from dmlplug_builtins.tune.report import load, write_report
+from dmlplug_builtins.tune.space import TuneSettings
+from dmlplug_builtins.tune.study import make_pruner
 from dmlplug_builtins.tune.trials import FoldReporter
 from dmlplug_builtins.tune.tune import tune
 
@@ -83,6 +85,36 @@ def test_fold_reporter_reports_the_running_mean_and_prunes():
     with pytest.raises(optuna.TrialPruned, match="fold 1, epoch 1"):
         pruned.on_eval_end(None, 1, "val", {"map@r": 0.4})
     assert study.trials[2].intermediate_values == {3: pytest.approx(0.3)}
+
+
+def study_with_one_trial(settings):
+    """A study with ``make_pruner(settings)`` and one complete trial that reported 0.5, 0.6, 0.7, 0.8 at steps 1-4."""
+    study = optuna.create_study(direction="maximize", pruner=make_pruner(settings))
+    first = study.ask()
+    for step, value in enumerate([0.5, 0.6, 0.7, 0.8], start=1):
+        first.report(value, step)
+    study.tell(first, 0.8)
+    return study
+
+
+def test_warmup_epochs_keeps_the_pruner_off_until_a_trial_has_trained_them():
+    poor = study_with_one_trial(TuneSettings(startup_trials=1)).ask()
+    poor.report(0.0, 1)
+    assert poor.should_prune()  # by default the first epoch may prune
+    warm = study_with_one_trial(TuneSettings(startup_trials=1, warmup_epochs=2)).ask()
+    warm.report(0.0, 1)
+    assert not warm.should_prune()
+    warm.report(0.0, 2)
+    assert warm.should_prune()
+
+
+def test_prune_at_fold_asks_the_pruner_only_when_a_fold_ends():
+    study = study_with_one_trial(TuneSettings(startup_trials=1, prune_at="fold"))
+    reporter = FoldReporter(study.ask(), fold=0, epochs=2, metric="map@r", finished=[], prune_at="fold")
+    reporter.on_eval_end(None, 1, "val", {"map@r": 0.0})  # below the median at step 1, but mid-fold: goes on
+    with pytest.raises(optuna.TrialPruned, match="fold 0, epoch 2"):
+        reporter.on_eval_end(None, 2, "val", {"map@r": 0.0})
+    assert study.trials[1].intermediate_values == {1: 0.0, 2: 0.0}  # every epoch is still reported
 
 
 def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
