@@ -5,6 +5,7 @@ A crash or a full disk while writing leaves the previous file intact, never a tr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -47,6 +48,19 @@ def free_for(directory: Path, manifest: str) -> bool:
         return not directory.exists()
     pending = (f".{manifest}.", ".tmp")
     return all(p.name.startswith(pending[0]) and p.name.endswith(pending[1]) for p in directory.iterdir())
+
+
+def withdraw(directory: Path, names: list[str]) -> None:
+    """Remove the files ``names`` a command just wrote into a directory that was new, and the directory if empty.
+
+    For a command that claimed a new directory (its manifest first) and then failed before doing anything in it:
+    the directory must not go on naming a study or search that never started. Anything else in it stays.
+    """
+    directory = Path(directory)
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty (another worker's files) or already gone
+        directory.rmdir()
 
 
 def _umask() -> int:

@@ -18,7 +18,6 @@ Layout of a sweep directory::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -214,7 +213,7 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
         RunError: The directory holds another sweep, something else, or another study's runs, or the storage
             cannot be reached.
     """
-    from dmlplug.files import free_for, write_json
+    from dmlplug.files import free_for, withdraw, write_json
     from dmlplug_builtins.tune.grid import open_grid_study
     from dmlplug_builtins.tune.study import resolve_study_name
 
@@ -242,9 +241,7 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
         return directory, open_grid_study(directory, storage, name, identity)
     except RunError:
         if fresh:  # nothing of this sweep exists: leave no manifest naming a study it never had
-            manifest_path.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # and no directory, unless something else is in it
-                directory.rmdir()
+            withdraw(directory, [MANIFEST])
         raise
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlplug.errors import RecipeError, RunError
+from dmlplug.errors import DmlplugError, RecipeError, RunError
 
 MANIFEST = "tune.json"
 
@@ -97,19 +97,26 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     """
     from optuna.trial import TrialState
 
+    from dmlplug.files import withdraw
     from dmlplug_builtins.tune.study import counted, open_study, recover_lost_trials
-    from dmlplug_builtins.tune.trials import objective
+    from dmlplug_builtins.tune.trials import RECIPE, objective
 
+    fresh = not (Path(tune_dir) / MANIFEST).is_file()
     space, directory, identity = prepare(space_path, tune_dir, overrides, study_name)
     if space.settings.sampler == "grid":  # every combination once: a grid has no more trials to give
         trials = min(trials, math.prod(len(p.choices or ()) for p in space.params.values()))
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    if nproc_per_node > 1 and runner is None:
-        from dmlplug_builtins.tune.launch import TorchrunRunner, check_world
+    try:
+        if nproc_per_node > 1 and runner is None:
+            from dmlplug_builtins.tune.launch import TorchrunRunner, check_world
 
-        check_world(directory / "recipe.toml", manifest["forwarded"], nproc_per_node)
-        runner = TorchrunRunner(nproc_per_node)
-    study = open_study(directory, space, identity, storage, manifest["study"])
+            check_world(directory / RECIPE, manifest["forwarded"], nproc_per_node)
+            runner = TorchrunRunner(nproc_per_node)
+        study = open_study(directory, space, identity, storage, manifest["study"])
+    except DmlplugError:
+        if fresh:  # no trial ever started here: leave no manifest naming a search that never began
+            withdraw(directory, [MANIFEST, RECIPE])
+        raise
     arguments = {"space": space, "tune_dir": directory, "settings": space.settings, "overrides": manifest["forwarded"],
                  "epochs": manifest["epochs"], "device": device, "runner": runner}
     waiting = False

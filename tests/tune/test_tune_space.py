@@ -134,6 +134,22 @@ def test_unreachable_storage_and_another_space_are_refused(tmp_path):
         open_study(tmp_path / "t", space, "identity-b", None)
 
 
+def test_a_search_whose_storage_fails_leaves_no_new_directory_behind(tmp_path):
+    from dmlplug_builtins.tune.tune import tune
+
+    space = write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n')
+    with pytest.raises(RunError, match="cannot open the study storage"):
+        tune(space, tmp_path / "t", trials=1, storage="postgresql://u@127.0.0.1:9/x", echo=lambda _: None)
+    assert not (tmp_path / "t").exists()  # neither the manifest nor the fold recipe prepare() wrote
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "notes.txt").write_text("kept")  # an existing directory keeps what was already there
+    (tmp_path / "u" / "tune.json").write_text("{}")
+    from dmlplug.files import withdraw
+
+    withdraw(tmp_path / "u", ["tune.json", "recipe.toml"])
+    assert [p.name for p in (tmp_path / "u").iterdir()] == ["notes.txt"]
+
+
 def test_cli_refuses_a_bad_space_with_exit_code_2(tmp_path):
     space = write_space(tmp_path, '[params."loss.alpah"]\ntype = "float"\nlow = 1\nhigh = 2\n')
     done = run_cli("tune", "run", space, "--dir", tmp_path / "t", "--trials", "1")
