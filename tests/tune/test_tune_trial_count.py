@@ -13,6 +13,7 @@ from dmlplug_builtins.tune.study import counted
 from dmlplug_builtins.tune.tune import tune
 
 State = optuna.trial.TrialState
+WAITING = "waiting for 1 trial(s) of other workers to end"
 
 
 def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits_for_them(tmp_path):
@@ -30,7 +31,11 @@ def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits
     told = []
 
     def other_worker_finishes():
-        time.sleep(0.5)
+        # ends its trial once the command says it waits (a fixed delay raced the command's start-up on a busy
+        # machine); a command that never waited would have reproduced long before the deadline
+        deadline = time.time() + 120
+        while WAITING not in lines and time.time() < deadline:
+            time.sleep(0.01)
         told.append(time.time())
         study.tell(elsewhere, 0.0)
 
@@ -39,7 +44,7 @@ def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits
     tune(space, tune_dir, trials=3, reproductions=1, **options)
     finisher.join()
     summary = tune_dir / "reproductions" / "summary.json"
-    assert "waiting for 1 trial(s) of other workers to end" in lines
+    assert WAITING in lines
     assert summary.stat().st_mtime >= told[0] - 0.01  # reproduced after the other trial ended (10 ms of clock slack)
     assert len(study.get_trials()) == 3 and counted(study) == 3  # no trial past --trials
 
