@@ -12,6 +12,8 @@ seed and the pruner differ between the arms:
   ``startup_trials``);
 - ``tpe-fold``: the same, but the pruner is asked only when a fold ends (``prune_at = "fold"``): every trial
   trains its first fold, and trials are compared on whole folds' scores;
+- ``tpe-fold-p25``: the same at fold ends, but the percentile pruner at 25: only trials in the bottom quarter stop;
+- ``tpe-none``: TPE without a pruner, to tell what the sampler does from what the pruner does;
 - ``random``: ``sampler = "random"``, ``pruner = "none"``: every trial trains every fold to the end.
 
 A trial's objective counts from the epoch count at which it finished; a trial that would finish beyond the
@@ -52,6 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "recipes" / "tune" / "budget.space.toml"
 ARMS = {"tpe": {"sampler": "tpe", "pruner": "median", "prune_at": "epoch"},
         "tpe-fold": {"sampler": "tpe", "pruner": "median", "prune_at": "fold"},
+        "tpe-fold-p25": {"sampler": "tpe", "pruner": "percentile", "percentile": 25.0, "prune_at": "fold"},
+        "tpe-none": {"sampler": "tpe", "pruner": "none"},
         "random": {"sampler": "random", "pruner": "none"}}
 #: The arm every other arm is measured against.
 BASELINE = "random"

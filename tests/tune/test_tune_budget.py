@@ -57,12 +57,23 @@ def test_headline_compares_each_arm_with_the_others_final_best(bench):
     assert "never" in lines[0] and "after 6 of 10" in lines[1] and ": not met;" in lines[4]
 
 
+def test_every_arm_is_a_valid_space_with_its_settings(bench, tmp_path):
+    from dmlplug_builtins.tune.space import load_space
+
+    for arm, settings in bench.ARMS.items():
+        space = load_space(bench.arm_space(bench.SPACE, arm, 3, tmp_path, quick=False))
+        assert {key: getattr(space.settings, key) for key in settings} == settings
+        assert space.settings.sampler_seed == 3 and space.recipe_path == (bench.SPACE.parent / "budget.toml")
+
+
 def test_quick_run_end_to_end(bench, tmp_path, capsys, single_thread):
     from optuna.trial import TrialState
 
     from dmlplug_builtins.tune.report import load
 
-    assert bench.main(["--quick", "--jobs", "1", "--keep", str(tmp_path), "--json", str(tmp_path / "all.json")]) == 0
+    arguments = ["--quick", "--arms", "tpe", "tpe-fold", "--jobs", "1", "--keep", str(tmp_path), "--json",
+                 str(tmp_path / "all.json")]
+    assert bench.main(arguments) == 0  # random search, the baseline, runs without being named
     printed = capsys.readouterr().out
     data = json.loads((tmp_path / "all.json").read_text())
     budget = data["budget"]
