@@ -14,8 +14,6 @@ import pytest
 import dmlplug
 from tests.shared.shards import write_shards
 
-pytest.importorskip("faiss")
-
 
 def _ok(result):
     code, out, err = result

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import faiss
 import numpy as np
 import pytest
 
@@ -17,8 +18,6 @@ from dmlplug.bundle.index_edit import add_items, edit_folder, remove_items
 from dmlplug.bundle.index_files import save_index
 from dmlplug.bundle.index_shards import shard_gallery
 from tests.shared.shards import write_shards
-
-faiss = pytest.importorskip("faiss")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,8 +10,6 @@ import pytest
 
 from dmlplug.bundle.index import build_index, holdout_rows
 
-pytest.importorskip("faiss")
-
 
 def _clustered(n, dim, centers, seed, noise=1.0):
     """Unit vectors around ``centers`` fixed centres (seed 0), with noise drawn from ``seed``."""

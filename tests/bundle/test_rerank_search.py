@@ -15,8 +15,6 @@ from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
 from dmlplug.evaluation.rerank_spec import parse_rerank
 from tests.evaluation.test_reranking import _clustered, _dense_rank, _zhong_dense
 
-faiss = pytest.importorskip("faiss")
-
 
 def _weighted(c: np.ndarray, g: np.ndarray, rows: np.ndarray, alpha: float) -> np.ndarray:
     v = c.astype(np.float64) + sum(max(float(c @ g[j]), 0.0) ** alpha * g[j].astype(np.float64) for j in rows)

@@ -13,17 +13,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+from e2e import TINY_RECIPE
 
-torch = pytest.importorskip("torch")
-
-from e2e import TINY_RECIPE  # noqa: E402  (tests/shared, after the torch skip)
-
-import dmlplug  # noqa: E402
-from dmlplug import Params  # noqa: E402
-from dmlplug.engine.train_step import TrainStep  # noqa: E402
-from dmlplug.errors import ComponentError, DataError, RunError  # noqa: E402
-from dmlplug.plugins import PluginHost  # noqa: E402
-from dmlplug.recipe import load_recipe  # noqa: E402
+import dmlplug
+from dmlplug import Params
+from dmlplug.engine.train_step import TrainStep
+from dmlplug.errors import ComponentError, DataError, RunError
+from dmlplug.plugins import PluginHost
+from dmlplug.recipe import load_recipe
 
 SMALL = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8", "data.sampler.m=2",
          "data.sampler.batches_per_epoch=1", "head.embedding_size=8", "run.epochs=1"]

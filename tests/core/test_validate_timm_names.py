@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import timm
 
-timm = pytest.importorskip("timm")
-
-from dmlplug_builtins import backbones  # noqa: E402
-from dmlplug_builtins.backbones import timm_names  # noqa: E402
+from dmlplug_builtins import backbones
+from dmlplug_builtins.backbones import timm_names
 
 ROOT = Path(__file__).resolve().parents[2]
 STALE = (f"plugins/backbones/timm_names_data/{timm.__version__}.json is missing or stale: "

@@ -3,14 +3,12 @@ artifacts over HTTP, the run-directory tag, and a killed-then-resumed dmlplug ru
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -18,18 +16,6 @@ from e2e import TINY_RECIPE, sigkill_when
 from stalling import STALL_AFTER_EVAL
 
 from dmlplug_builtins.loggers.mlflow_logger import RESUMED_TAG, RUN_DIR_TAG, metric_key, param_value
-
-
-def _has_mlflow_server() -> bool:
-    try:
-        metadata.distribution("mlflow")  # the full package: the server (mlflow-skinny is only the client)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_mlflow = pytest.mark.skipif(not _has_mlflow_server(), reason="the mlflow package (tracking server) is absent")
-
 
 # ------------------------------------------------------------------------------------------ without a server
 
@@ -118,7 +104,6 @@ def _fresh(history, resumes):
             if not any(m.step > r["step"] and m.timestamp < r["timestamp"] for r in resumes)]
 
 
-@needs_mlflow
 @pytest.mark.slow
 def test_mlflow_run_read_back_and_continued_after_a_kill_and_resume(mlflow_server, tmp_path):
     from mlflow import MlflowClient
@@ -193,7 +178,6 @@ def test_mlflow_run_read_back_and_continued_after_a_kill_and_resume(mlflow_serve
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="the mlflow package is absent")
 def test_an_unreachable_tracking_server_is_a_clear_run_error(tmp_path, monkeypatch):
     import dmlplug
     from dmlplug.errors import RunError

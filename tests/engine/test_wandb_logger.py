@@ -5,7 +5,6 @@ dmlplug run continuing the same W&B run."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import socket
@@ -22,8 +21,6 @@ from wandb_records import read_run, read_segment
 from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RecipeError
 from dmlplug_builtins.loggers.wandb_logger import RESUMED_KEY, RUN_DIR_KEY, RUN_NAME_KEY, STATUS_KEY
-
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="the wandb package is absent")
 
 
 def _free_port() -> int:
@@ -66,7 +63,6 @@ def test_a_bad_mode_is_a_validation_error():
 # ------------------------------------------------------------------------------------------ the reader
 
 
-@needs_wandb
 def test_the_reader_joins_records_split_across_blocks(wandb_env, tmp_path):
     """A row larger than a 32 KiB block is written in fragments; the test reader must give it back whole."""
     import wandb
@@ -126,7 +122,6 @@ def _eval_is_written(marker, folder: Path):
                               for r in read_segment(logs[0]).history)
 
 
-@needs_wandb
 @pytest.mark.slow
 def test_wandb_run_read_back_and_continued_after_a_kill_and_resume(wandb_env, tmp_path, monkeypatch):
     import wandb
@@ -223,7 +218,6 @@ def test_wandb_run_read_back_and_continued_after_a_kill_and_resume(wandb_env, tm
     assert _steps(_fresh(rows, resumes), "train/loss/total") == list(range(1, 13))
 
 
-@needs_wandb
 def test_online_without_a_login_is_a_clear_run_error(wandb_env, tmp_path, monkeypatch):
     import dmlplug
     from dmlplug.errors import RunError
@@ -238,7 +232,6 @@ def test_online_without_a_login_is_a_clear_run_error(wandb_env, tmp_path, monkey
     assert not (tmp_path / "run" / "wandb.json").exists()
 
 
-@needs_wandb
 def test_disabled_mode_logs_nothing_and_the_run_completes(wandb_env, tmp_path):
     import dmlplug
 
