@@ -57,6 +57,8 @@ class TuneSettings:
     reproductions: int = REPRODUCTIONS
     #: ``--set`` overrides of every run (searches, reproductions and untuned runs alike).
     overrides: list[str] = field(default_factory=list)
+    #: Run each ``dmlplug`` command in this interpreter (glyphs_oodml.run_in_process; not recorded).
+    in_process: bool = False
 
     def to_json(self) -> dict:
         """The settings as recorded in ``OUT/study.json``."""
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--reproductions", type=int, default=REPRODUCTIONS,
                      help="seeds of the tuned and the untuned test runs")
     run.add_argument("--set", dest="overrides", action="append", default=[], help="override of every run")
+    run.add_argument("--in-process", action="store_true",
+                     help="run the dmlplug commands in this interpreter (one start-up for all; the tests use it)")
     page = commands.add_parser("page", help="regenerate the results page from a study directory")
     page.add_argument("out", type=Path, nargs="?", help="study directory")
     page.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "glyphs-tune.md")
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         if min(args.trials, args.epochs, args.reproductions) < 1:
             parser.error("--trials, --epochs and --reproductions must be at least 1")
         TuneStudy(TuneSettings(args.out, methods=args.methods, trials=args.trials, epochs=args.epochs,
-                               reproductions=args.reproductions, overrides=args.overrides)).run()
+                               reproductions=args.reproductions, overrides=args.overrides,
+                               in_process=args.in_process)).run()
     elif args.from_numbers:
         from glyphs_tune_page import write_page_from_numbers
 

@@ -33,7 +33,8 @@ def study_command(*args):
 def toy_study(tmp_path_factory):
     """Two methods, one trial of 4 folds, one epoch, two seeds, 24 tiny classes: every step of the real study."""
     study = tmp_path_factory.mktemp("study")
-    result = study_command("run", study, "--methods", *METHODS, *TOY)
+    # --in-process: the study's dmlplug commands share one interpreter; the second run below starts a process each.
+    result = study_command("run", study, "--in-process", "--methods", *METHODS, *TOY)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     page = study / "page.md"
     result = study_command("page", study, "--page", page)
