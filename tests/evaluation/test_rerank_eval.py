@@ -92,6 +92,35 @@ def test_query_gallery_split_with_krnn_shortlist_shorter_than_the_gallery():
     assert got["recall@1+k15"] == pytest.approx(expected["recall@1"], abs=1e-12)
 
 
+@pytest.mark.parametrize("spec", ["aqe:n=3,alpha=3", "dba:n=4,alpha=2"])
+def test_query_gallery_split_expansion_equals_the_oracle(spec):
+    """αQE expands each query with its top-n *gallery* items; DBA augments each gallery item with its top-n other
+    gallery items. Neither may look at the other queries, and no query is excluded from its own ranking."""
+    x, y = _data(60, seed=23)
+    query = np.zeros(60, bool)
+    query[::3] = True
+    gallery = ~query
+    q, g = x[query], x[gallery]
+    nq, ng = len(q), len(g)
+    plain = _oracle_rank(q, g, np.full(nq, -1))
+    s = parse_rerank_list(spec)[0]
+    if s.name == "aqe":
+        q2 = np.stack([_weighted(q[i], g, plain[i, :3], 3.0) for i in range(nq)]).astype(np.float32)
+        order = _oracle_rank(q2, g, np.full(nq, -1))
+    else:
+        among_gallery = _oracle_rank(g, g, np.arange(ng))  # each gallery item's neighbours, itself excluded
+        g2 = np.stack([_weighted(g[j], g, among_gallery[j, :4], 2.0) for j in range(ng)]).astype(np.float32)
+        order = _oracle_rank(q, g2, np.full(nq, -1))
+    expected = _metrics_of_ranking(order, y[query], y[gallery])
+    context = EvalContext(x, y, query_mask=query, gallery_mask=gallery)
+    evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"])
+    got = rerank_metrics(evaluators, context, [s])
+    for key, value in expected.items():
+        assert got[f"{key}+{s.name}"] == pytest.approx(value, abs=1e-12), key
+    plain_metrics = _metrics_of_ranking(plain, y[query], y[gallery])
+    assert any(got[f"{k}+{s.name}"] != pytest.approx(plain_metrics[k], abs=1e-12) for k in expected)  # it can fail
+
+
 def test_only_knn_evaluators_are_rerun_and_bad_specs_fail_first():
     x, y = _data(40, seed=23)
     got = dmlplug.evaluate(x, y, ["recall", "nmi"], rerank=["aqe", {"name": "aqe", "n": 1, "label": "aqe1"}])

@@ -51,6 +51,21 @@ def test_search_resume_reproduce_and_report(tmp_path, single_thread):
     assert val_classes[0].isdisjoint(val_classes[1])
     assert get_host().pm.get_plugin("run-hooks-0") is None  # registered for its run only
     # Reproductions: the plain recipe (all training classes, the test classes) with the best values, seeds 0 and 1.
+    fold = json.loads((tmp_path / "t" / "trials" / "trial-0000" / "fold-0" / "data.json").read_text())["splits"]
+    for seed in range(2):
+        run = tmp_path / "t" / "reproductions" / f"seed-{seed}"
+        data = json.loads((run / "data.json").read_text())
+        # Trained on every training class (the fold's training plus validation classes), evaluated on the test
+        # classes, and selected on them (the plain recipe has no validation split), not on a fold's val classes.
+        assert data["dataset"] == "glyphs" and "tune_fold" not in data["info"] and set(data["splits"]) == {"train",
+                                                                                                            "test"}
+        assert data["splits"]["train"]["classes"] == fold["train"]["classes"] + fold["val"]["classes"]
+        # The test classes are the recipe's classes outside every fold (a fold's "test" split is its val fold).
+        assert fold["test"] == fold["val"]
+        assert data["splits"]["test"]["classes"] == 40 - data["splits"]["train"]["classes"] > 0
+        assert results(run)["selected_on"] == "test" and results(run)["reported_on"] == "test"
+        resolved = (run / "recipe.resolved.toml").read_text()
+        assert f"seed = {seed}\n" in resolved and f"lr = {study.best_trial.params['optimizer.lr']}" in resolved
     summary = json.loads((tmp_path / "t" / "reproductions" / "summary.json").read_text())
     scores = [results(tmp_path / "t" / "reproductions" / f"seed-{s}")["metrics"]["map@r"] for s in range(2)]
     half = stats.t.ppf(0.975, 1) * statistics.stdev(scores) / math.sqrt(2)
