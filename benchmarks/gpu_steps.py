@@ -121,12 +121,14 @@ def pytest_suite(ctx: Context) -> dict[str, Any]:
         # The dry run of this very script is a CPU test (minutes of toy runs): no GPU minute is spent on it.
         cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--deselect",
                "tests/gpu/test_gpu_check.py::test_the_dry_run_runs_every_step_on_the_cpu"]
-        try:
-            import xdist  # noqa: F401 - the GPU image has pytest-xdist: 8 workers fit the 10-minute limit
+    try:
+        import xdist  # noqa: F401 - the GPU image has pytest-xdist: 8 workers fit the 10-minute limit
 
-            cmd += ["-n", "8"]
-        except ImportError:
-            pass
+        cmd += ["-n", "0" if ctx.dry else "8"]
+    except ImportError:
+        # pyproject.toml's addopts name xdist's `-n auto`, which pytest refuses without the plugin: run in one
+        # process with the rest of those options.
+        cmd += ["-o", "addopts=-ra --strict-markers"]
     try:
         done = ctx.run(cmd, log="pytest.log", check=False)
     except StepTimeout:
