@@ -40,7 +40,9 @@ def test_same_seed_same_results(tiny_recipe, tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_trains_clearly_above_the_untrained_model(tmp_path):
-    proc = run_cli("run", ROOT / "recipes" / "quickstart.toml", "--out", tmp_path / "qs", "--quiet")
+    # 66 s alone on two cores, ~150 s on one thread beside another xdist worker; 600 s once timed out on a machine
+    # loaded four-fold, so the bound is 12x the latter: it only catches a hang.
+    proc = run_cli("run", ROOT / "recipes" / "quickstart.toml", "--out", tmp_path / "qs", "--quiet", timeout=1800)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "qs" / "results.json").read_text())
     before, after = results["initial_metrics"]["recall@1"], results["metrics"]["recall@1"]

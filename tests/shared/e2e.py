@@ -44,11 +44,11 @@ name = "console"
 """
 
 
-def run_cli(*args, env=None, cwd=None):
-    """Run `python -m dmlplug ARGS` and return the CompletedProcess."""
+def run_cli(*args, env=None, cwd=None, timeout=600):
+    """Run `python -m dmlplug ARGS` and return the CompletedProcess (``timeout`` seconds: a hang fails the test)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "dmlplug", *map(str, args)], capture_output=True, text=True,
-                          env=full_env, cwd=cwd, timeout=600)
+                          env=full_env, cwd=cwd, timeout=timeout)
 
 
 def broken_plugin_site(folder, *, dist="broken-plugin", module="broken_plugin", entry="broken",
