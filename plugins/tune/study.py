@@ -21,7 +21,8 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ JOURNAL = "journal.log"
 #: counts as lost.
 HEARTBEAT = 10
 GRACE = 30
+# The PostgreSQL advisory lock under which a worker creates Optuna's tables (any 64-bit key no one else uses).
+SCHEMA_LOCK = 0x646D6C706C7567  # "dmlplug"
 #: User attributes of a trial.
 WORKER_ATTR = "worker"
 #: ``host:pid#number`` of the process that took the trial (:func:`take_mark`).
@@ -101,15 +104,15 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
         return JournalStorage(JournalFileBackend(str(tune_dir / JOURNAL)))
     for attempt in range(3):
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _schema_lock(url):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, since 2.8
                 return optuna.storages.RDBStorage(
                     url, heartbeat_interval=HEARTBEAT, grace_period=GRACE,
                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
                     engine_kwargs={"pool_pre_ping": True, "connect_args": _connect_args(url)})
         except Exception as exc:  # sqlalchemy raises its own family for unreachable servers, bad URLs, drivers
-            # Workers starting together on a new database race to create its tables; the loser sees an
-            # IntegrityError and finds the tables there when it tries again.
+            # Workers starting together on a new database (other than PostgreSQL, which the lock serialises) race
+            # to create its tables; the loser sees an IntegrityError and finds the tables there when it tries again.
             if type(exc).__name__ == "IntegrityError" and attempt < 2:
                 time.sleep(1.0 + attempt)
                 continue
@@ -118,6 +121,32 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
                            fix="check that the database server runs and the URL (user, password, host, port, "
                                "database) is right") from None
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+@contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """On PostgreSQL, hold an advisory lock while Optuna creates or checks its tables (elsewhere, nothing).
+
+    Workers started together on a new database otherwise race to create the tables: the losers fail with
+    DuplicateTable or UniqueViolation, depending on where the race is lost. Under the lock, the first creates them
+    and the others find them.
+    """
+    if not url.startswith("postgres"):
+        yield
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=_connect_args(url))
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
+    finally:
+        engine.dispose()
 
 
 def _connect_args(url: str) -> dict[str, Any]:

@@ -101,3 +101,32 @@ def test_a_worker_lost_on_another_machine_is_found_by_its_heartbeat(tmp_path, mo
         retries = [t for t in trials if t.system_attrs.get("failed_trial") == lost.number]
         assert len(retries) == 1 and retries[0].state == State.COMPLETE
         assert counted(study) == 2 and len(trials) == 3  # the lost trial replaced by its retry, not counted twice
+
+
+@pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+def test_workers_starting_together_create_the_tables_one_at_a_time(tmp_path):
+    # Without the lock, workers started together on a new database raced to create Optuna's tables and the losers
+    # failed (DuplicateTable). Held here, the lock keeps a worker from touching the schema until it is released.
+    import threading
+
+    import psycopg
+
+    from dmlplug_builtins.tune.study import SCHEMA_LOCK, open_storage
+
+    def tables(connection):
+        return connection.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+                                  ).fetchone()[0]
+
+    with postgres_server() as url, psycopg.connect(url,
+                                                   autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        opened = []
+        opener = threading.Thread(target=lambda: opened.append(open_storage(tmp_path, url)))
+        opener.start()
+        opener.join(timeout=3)
+        assert opener.is_alive() and not opened and tables(holder) == 0  # waiting for the lock, nothing created
+        holder.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
+        opener.join(timeout=120)
+        assert len(opened) == 1 and tables(holder) > 0
+        # ... and a second worker that finds the tables made opens the same storage.
+        assert open_storage(tmp_path, url) is not None
