@@ -34,9 +34,21 @@ def cmd_run(
 
     RECIPE may also be an existing run directory, which is then continued (as with --resume).
     """
+    from dmlplug.engine.resume import is_run_directory
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe, override_pairs
+
+    pairs = override_pairs(set_ or [])
+    if device is not None:
+        pairs["run.device"] = device
+    source: Any = recipe
+    if not resume and not is_run_directory(recipe):
+        # Validated before the engine (and torch) is imported: a bad recipe is refused in half a second, not two.
+        source = load_recipe(recipe, pairs, registry=get_host().registry)
+
     from dmlplug.engine.launch import run_recipe
 
-    result = run_recipe(recipe, set_ or [], out=out, device=device, quiet=quiet, resume=resume, force=force)
+    result = run_recipe(source, pairs, out=out, quiet=quiet, resume=resume, force=force)
     summary = {"run_dir": str(result.directory), "selected_on": result.selected_on,
                "reported_on": result.reported_on, "initial": result.initial_metrics, "final": result.metrics,
                "best_epoch": result.best_epoch, "best": result.best_metrics}
