@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
 __all__ = ["BuildContext", "ComponentTable", "Params", "TableOf", "__version__", "check_data", "create",
-           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "recipe_field", "run",
-           "validate"]
+           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "read_value", "recipe_field",
+           "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -55,6 +55,17 @@ def validate(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -
     from dmlplug.recipe import load_recipe
 
     return load_recipe(recipe, overrides=overrides)
+
+
+def read_value(text: str) -> Any:
+    """The value of a ``KEY=VALUE`` command-line item, as ``--set`` reads it: TOML if it parses, else the text.
+
+    ``"3"`` -> 3, ``"[1, 5]"`` -> [1, 5], ``"true"`` -> True, ``"cpu"`` -> "cpu" (bare words need no quotes).
+    Plugins read their own ``KEY=VALUE`` options with it, so that every command reads values alike.
+    """
+    from dmlplug.recipe.overrides import read_value as _read_value
+
+    return _read_value(text)
 
 
 def recipe_field(recipe: Any, key: str, overrides: list[str] | dict[str, Any] | None = None) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 from dmlplug.errors import ComponentError, DataError, RecipeError
 from dmlplug.evaluation.context import EvalContext
 from dmlplug.evaluation.runner import run_evaluators, write_all_artifacts
+from dmlplug.recipe.overrides import read_value
 
 #: Evaluators used when none are named: recall@1/2/4/8, map@r and r_precision.
 DEFAULT_EVALUATORS: tuple[str, ...] = ("retrieval",)
@@ -223,11 +223,7 @@ def parse_set_options(items: list[str], names: list[str]) -> dict[str, dict[str,
         if name not in names:
             raise RecipeError(f"--set {item!r} names evaluator {name!r}, which is not selected",
                               where="--set", fix="selected evaluators: " + ", ".join(names))
-        try:
-            value = tomllib.loads(f"v = {raw.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw.strip()
-        out.setdefault(name, {})[param] = value
+        out.setdefault(name, {})[param] = read_value(raw)
     return out
 
 

@@ -173,16 +173,24 @@ def _parse_overrides(overrides: list[str] | dict[str, Any] | None) -> list[tuple
     return parsed
 
 
+def read_value(text: str) -> Any:
+    """The value of a ``KEY=VALUE`` command-line item.
+
+    A TOML value (``3``, ``0.1``, ``[1, 5]``, ``true``, ``"text"``) when it reads as one, else the text itself,
+    stripped: bare words need no quotes on a command line (``--set run.device=cpu``).
+    """
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text.strip()
+
+
 def _split_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise RecipeError(f"override {text!r} is not of the form section.key=value", where=f"--set {text.strip()}",
                           fix='e.g. --set run.epochs=3 or --set loss.margin=0.1')
     key, raw_value = text.split("=", 1)
-    try:
-        value = tomllib.loads(f"v = {raw_value}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw_value  # bare strings need no quotes on the command line
-    return key.strip(), value
+    return key.strip(), read_value(raw_value)
 
 
 def _parse_key(key: str, label: str | None = None) -> list[str | int]:

@@ -50,8 +50,7 @@ def _dataset_params(items: list[str] | None) -> dict[str, Any]:
     Raises:
         RecipeError: An item is not ``dataset.<parameter>=value``.
     """
-    import tomllib
-
+    from dmlplug import read_value
     from dmlplug.errors import RecipeError
 
     params = {}
@@ -61,10 +60,7 @@ def _dataset_params(items: list[str] | None) -> dict[str, Any]:
         if not sep or "." in name or not name:
             raise RecipeError(f"--set {item}: expected dataset.<parameter>=value", where="--set",
                               fix="e.g. --set dataset.num_classes=100")
-        try:
-            params[name] = tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
-            params[name] = text  # bare strings need no quotes on the command line
+        params[name] = read_value(text)
     return params
 
 

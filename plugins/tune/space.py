@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from dmlplug import read_value
 from dmlplug.errors import RecipeError
 from dmlplug.params import Params
 
@@ -257,10 +258,7 @@ def _pairs(overrides: list[str]) -> list[tuple[str, Any]]:
         key, sep, value = text.partition("=")
         if not sep:
             raise RecipeError(f"override {text!r} is not of the form section.key=value", where=f"--set {text}")
-        try:
-            pairs.append((key.strip(), tomllib.loads(f"v = {value}")["v"]))
-        except tomllib.TOMLDecodeError:
-            pairs.append((key.strip(), value))
+        pairs.append((key.strip(), read_value(value)))
     return pairs
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from dmlplug import read_value
 from dmlplug.errors import RecipeError, RunError
 from dmlplug.params import Params
 
@@ -113,19 +114,12 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
         try:
             values = tomllib.loads(f"v = [{text}]")["v"]
         except tomllib.TOMLDecodeError:  # bare words among them: each part on its own, like a --set value
-            values = [_value(part.strip()) for part in text.split(",") if part.strip()]
+            values = [read_value(part) for part in text.split(",") if part.strip()]
         if not values:
             raise RecipeError(f"--grid {key}= lists no values: the grid would be empty", where=f"--grid {item}",
                               fix="give one value or more, e.g. --grid loss.margin=0.1,0.2")
         grid[key] = values
     return grid
-
-
-def _value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
 
 
 def parse_seeds(text: str) -> list[int]:

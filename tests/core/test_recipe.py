@@ -104,6 +104,19 @@ def test_overrides_parse_toml_values_and_index_lists(tmp_path):
     assert r.components["regularizers[0]"].options.weight == 2.5
 
 
+@pytest.mark.parametrize(("text", "value"), [
+    ("3", 3), (" 0.5", 0.5), ("[1, 5]", [1, 5]), ("true", True), ('"quoted text"', "quoted text"),
+    ("cpu", "cpu"), (" cpu ", "cpu"), ("a,b", "a,b"), ("", ""), ("1e-3", 0.001),
+    ("resnet50.a1_in1k", "resnet50.a1_in1k"),
+])
+def test_a_command_line_value_is_toml_when_it_reads_as_toml_else_the_stripped_text(text, value):
+    # The one reader of KEY=VALUE items: --set of run and validate, evaluate's and ooDML's --set, tune's and
+    # sweep's overrides and grid values all go through it.
+    from dmlplug import read_value
+
+    assert read_value(text) == value and type(read_value(text)) is type(value)
+
+
 def test_syntax_error_reports_line_and_column(tmp_path):
     with pytest.raises(RecipeError) as err:
         load_recipe(write(tmp_path, BASE + "\n[loss\n"), registry=_registry(), environ={})
