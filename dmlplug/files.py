@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -48,6 +48,48 @@ def free_for(directory: Path, manifest: str) -> bool:
         return not directory.exists()
     pending = (f".{manifest}.", ".tmp")
     return all(p.name.startswith(pending[0]) and p.name.endswith(pending[1]) for p in directory.iterdir())
+
+
+def claim_directory(directory: Path, manifest: str, fields: Mapping[str, Any], *, what: str, option: str,
+                    compare: Mapping[str, str], legacy: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Check that a command may work in ``directory``: new, empty, or made earlier by the same work.
+
+    The one rule of the commands that own a directory (a tune search, a sweep, an ooDML sweep): they write their
+    manifest first, and run again on the directory they continue only what they began. The caller writes its
+    manifest after this check.
+
+    Args:
+        directory: The directory the command was given.
+        manifest: The manifest's file name in it (``tune.json`` …).
+        fields: The manifest the command would write now.
+        what: What the directory holds, for messages (``"tune search"``, ``"sweep"``).
+        option: The option that named the directory (``"--dir"``, ``"--out"``).
+        compare: ``key -> what it stands for``: the keys whose values must equal the existing manifest's
+            (``{"identity": "space, recipe or --set overrides"}``).
+        legacy: Values a manifest written by an older version lacks (compared as if written).
+
+    Returns:
+        The existing manifest, or ``None`` when the directory is new or empty.
+
+    Raises:
+        RunError: The directory holds other work (a compared value differs) or something else (not empty and no
+            manifest).
+    """
+    from dmlplug.errors import RunError
+
+    directory = Path(directory)
+    path = directory / manifest
+    if path.is_file():
+        existing = {**(legacy or {}), **json.loads(path.read_text(encoding="utf-8"))}
+        for key, label in compare.items():
+            if existing.get(key) != fields.get(key):
+                raise RunError(f"the {what} directory {directory} was made with a different {label}", where=str(path),
+                               fix=f"use a new {option} for another {what}, or rerun with the original inputs")
+        return existing
+    if not free_for(directory, manifest):
+        raise RunError(f"{directory} exists, is not empty and is not a {what} directory (no {manifest})",
+                       where=option, fix="choose a new or empty directory")
+    return None
 
 
 def withdraw(directory: Path, names: list[str]) -> None:

@@ -80,7 +80,7 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
     Raises:
         RunError: The directory belongs to another recipe, other overrides, part or split file.
     """
-    from dmlplug.files import free_for, write_json
+    from dmlplug.files import claim_directory, write_json
     from dmlplug_builtins.oodml.splitfile import read_split_file, save_splits
 
     recipe_path = Path(recipe)
@@ -102,23 +102,14 @@ def prepare_sweep(recipe: str | Path, splits: str | Path, seeds: Sequence[int], 
         "seeds": sorted(set(int(s) for s in seeds)),
     }
     existing_path = directory / MANIFEST
-    if existing_path.is_file():
-        existing = json.loads(existing_path.read_text(encoding="utf-8"))
-        existing.setdefault("part", "zero_shot")  # sweeps made before --part existed
-        for key, label in (("recipe_text", "recipe"), ("overrides", "--set overrides"), ("part", "--part"),
-                           ("splits_sha256", "split file")):
-            if existing.get(key) != manifest[key]:
-                raise RunError(
-                    f"the sweep directory {directory} was made with a different {label}",
-                    where=str(existing_path),
-                    fix="use a new --out directory for a changed sweep, or rerun with the original inputs",
-                )
+    existing = claim_directory(directory, MANIFEST, manifest, what="ooDML sweep", option="--out",
+                               compare={"recipe_text": "recipe", "overrides": "--set overrides",
+                                        "part": "--part", "splits_sha256": "split file"},
+                               legacy={"part": "zero_shot"})  # sweeps made before --part existed
+    if existing is not None:
         manifest["seeds"] = sorted(set(existing.get("seeds", [])) | set(manifest["seeds"]))
         if "study" in existing:
             manifest["study"] = existing["study"]
-    elif not free_for(directory, MANIFEST):
-        raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
-                       where="--out", fix="choose a new or empty directory")
     if study is not None:
         manifest["study"] = study
     write_json(existing_path, manifest)  # first: workers starting together on a new --out see whose it is

@@ -207,7 +207,7 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
         RunError: The directory holds another sweep, something else, or another study's runs, or the storage
             cannot be reached.
     """
-    from dmlplug.files import free_for, withdraw, write_json
+    from dmlplug.files import claim_directory, withdraw, write_json
     from dmlplug_builtins.tune.grid import open_grid_study
     from dmlplug_builtins.tune.study import resolve_study_name
 
@@ -215,19 +215,9 @@ def prepare(grid: Grid, sweep_dir: str | Path, storage: str | None, study: str |
     manifest_path = directory / MANIFEST
     identity = grid.identity()
     name = resolve_study_name(manifest_path, study, STUDY)
-    if manifest_path.is_file():
-        existing = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if existing.get("format") != FORMAT:
-            raise RunError(f"{directory} holds another kind of sweep ({existing.get('format')})", where="--dir",
-                           fix="choose a new or empty directory")
-        if existing.get("identity") != identity:
-            raise RunError(f"{directory} holds a sweep of another recipe or other --set overrides "
-                           f"({existing.get('recipe')})", where="--dir",
-                           fix="use a new --dir for another sweep, or rerun with the original recipe and --set")
-    elif not free_for(directory, MANIFEST):
-        raise RunError(f"{directory} exists, is not empty and is not a sweep directory (no {MANIFEST})",
-                       where="--dir", fix="choose a new or empty directory")
-    fresh = not manifest_path.is_file()
+    fresh = claim_directory(directory, MANIFEST, {"format": FORMAT, "identity": identity}, what="sweep",
+                            option="--dir", compare={"format": "kind of sweep (manifest format)",
+                                                     "identity": "recipe or --set overrides"}) is None
     # The manifest first: workers starting together on a new --dir see whose directory it is.
     write_json(manifest_path, {"format": FORMAT, "recipe": str(grid.recipe_path), "overrides": grid.overrides,
                                "identity": identity, "metric": grid.metric, "mode": grid.mode, "study": name})

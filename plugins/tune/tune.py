@@ -32,7 +32,7 @@ def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[st
         RunError: The directory holds another search, or belongs to another study.
     """
     import dmlplug
-    from dmlplug.files import free_for, write_json, write_text
+    from dmlplug.files import claim_directory, write_json, write_text
     from dmlplug_builtins.tune.space import check_space, load_space
     from dmlplug_builtins.tune.study import STUDY, resolve_study_name
     from dmlplug_builtins.tune.trials import RECIPE, fold_recipe, wrapped_key
@@ -51,14 +51,8 @@ def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[st
     identity = space.identity(list(overrides))
     directory = Path(tune_dir)
     manifest_path = directory / MANIFEST
-    if manifest_path.is_file():
-        existing = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if existing.get("identity") != identity:
-            raise RunError(f"{directory} holds a search with another space, recipe or --set overrides",
-                           where="--dir", fix="use a new --dir for a changed search")
-    elif not free_for(directory, MANIFEST):
-        raise RunError(f"{directory} exists, is not empty and is not a tune directory (no {MANIFEST})",
-                       where="--dir", fix="choose a new or empty directory")
+    claim_directory(directory, MANIFEST, {"identity": identity}, what="tune search", option="--dir",
+                    compare={"identity": "space, recipe or --set overrides"})
     import tomli_w
 
     # The manifest first: workers starting together on a new --dir see whose directory it is.

@@ -174,7 +174,7 @@ def test_a_directory_holding_another_sweep_or_a_search_is_refused(tmp_path):
           echo=lambda _: None)
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "s").rglob("*"))
     result = cli("sweep", "run", path, "--dir", tmp_path / "s", "--set", "optimizer.lr=0.01")
-    assert result.returncode == 2 and "holds a sweep of another recipe or other --set overrides" in result.stderr
+    assert result.returncode == 2 and "was made with a different recipe or --set overrides" in result.stderr
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "s").rglob("*")) == before
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "tune.json").write_text("{}")

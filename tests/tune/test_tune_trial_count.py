@@ -65,5 +65,5 @@ def test_a_new_directory_another_worker_is_claiming_is_not_someone_elses(tmp_pat
     (tmp_path / "u").mkdir()
     (tmp_path / "u" / "recipe.toml").write_text("")
     assert not free_for(tmp_path / "u", "tune.json")
-    with pytest.raises(RunError, match="is not empty and is not a tune directory"):
+    with pytest.raises(RunError, match="is not empty and is not a tune search directory"):
         tune(space, tmp_path / "u", trials=1, runner=scoring_runner, echo=lambda _: None)
