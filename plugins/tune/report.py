@@ -15,33 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlplug.errors import RunError
-
 
 def load(tune_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
-    """The manifest and study of a tune directory.
+    """The manifest and study of a tune directory (:func:`~dmlplug_builtins.tune.study.load_study`).
 
     Raises:
         RunError: Not a tune directory, or no study in its storage.
     """
-    import optuna
-
-    from dmlplug_builtins.tune.study import STUDY, open_storage
+    from dmlplug_builtins.tune.study import STUDY, load_study
     from dmlplug_builtins.tune.tune import MANIFEST
 
-    manifest_path = tune_dir / MANIFEST
-    if not manifest_path.is_file():
-        raise RunError(f"{tune_dir} is not a tune directory (no {MANIFEST})", where=str(tune_dir),
-                       fix="give the --dir of a `dmlplug tune run`")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=manifest.get("study", STUDY), storage=open_storage(tune_dir, storage))
-    except KeyError:
-        raise RunError(f"no study {manifest.get('study', STUDY)!r} in the storage of {tune_dir}",
-                       where=storage or str(tune_dir),
-                       fix="run `dmlplug tune run` first, or give its --storage") from None
-    return manifest, study
+    return load_study(tune_dir, storage, manifest=MANIFEST, command="tune", study=STUDY)
 
 
 def trials_table(study: Any) -> str:

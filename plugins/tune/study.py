@@ -123,6 +123,38 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
     raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
+def load_study(directory: Path, storage: str | None, *, manifest: str, command: str, study: str,
+               format: str | None = None) -> tuple[dict[str, Any], Any]:
+    """The manifest and Optuna study of a directory that ``dmlplug COMMAND run`` made (a search, a sweep).
+
+    Args:
+        directory: The ``--dir`` of that run.
+        storage: The database URL the study lives in, or ``None`` for the directory's journal file.
+        manifest: The manifest's file name (``tune.json``, ``sweep.json``).
+        command: ``"tune"`` or ``"sweep"``, for messages.
+        study: The study's name when the manifest names none (directories made before ``--study``).
+        format: The manifest's ``format`` this command wrote, if it writes one.
+
+    Raises:
+        RunError: Not such a directory, or no study in its storage.
+    """
+    import optuna
+
+    path = directory / manifest
+    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if found is None or (format is not None and found.get("format") != format):
+        raise RunError(f"{directory} is not a `dmlplug {command}` directory (no {manifest}"
+                       + (f" of format {format})" if format else ")"), where=str(directory),
+                       fix=f"give the --dir of a `dmlplug {command} run`")
+    name = found.get("study", study)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return found, optuna.load_study(study_name=name, storage=open_storage(directory, storage))
+    except KeyError:
+        raise RunError(f"no {command} study {name!r} in the storage of {directory}", where=storage or str(directory),
+                       fix=f"run `dmlplug {command} run` first, or give its --storage") from None
+
+
 @contextmanager
 def _schema_lock(url: str) -> Iterator[None]:
     """On PostgreSQL, hold an advisory lock while Optuna creates or checks its tables (elsewhere, nothing).

@@ -9,38 +9,21 @@ run``).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from dmlplug.errors import RunError
-
 
 def load(sweep_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
-    """The manifest and study of a sweep directory.
+    """The manifest and study of a sweep directory (:func:`~dmlplug_builtins.tune.study.load_study`).
 
     Raises:
         RunError: Not a ``dmlplug sweep`` directory, or no study in its storage.
     """
-    import optuna
-
-    from dmlplug_builtins.tune.study import open_storage
+    from dmlplug_builtins.tune.study import load_study
     from dmlplug_builtins.tune.sweep import FORMAT, MANIFEST, STUDY
 
-    path = sweep_dir / MANIFEST
-    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if manifest.get("format") != FORMAT:
-        raise RunError(f"{sweep_dir} is not a `dmlplug sweep` directory (no {MANIFEST} of format {FORMAT})",
-                       where=str(sweep_dir), fix="give the --dir of a `dmlplug sweep run`")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=manifest.get("study", STUDY), storage=open_storage(sweep_dir, storage))
-    except KeyError:
-        raise RunError(f"no sweep study {manifest.get('study', STUDY)!r} in the storage of {sweep_dir}",
-                       where=storage or str(sweep_dir),
-                       fix="run `dmlplug sweep run` first, or give its --storage") from None
-    return manifest, study
+    return load_study(sweep_dir, storage, manifest=MANIFEST, command="sweep", study=STUDY, format=FORMAT)
 
 
 def rows(study: Any) -> list[dict[str, Any]]:
