@@ -125,7 +125,7 @@ def build_transform(
 
 
 def build_train_views(
-    *, augment: str, image_size: int, views: int = 1, view_augment: str | None = None
+    *, augment: str, image_size: int, views: int = 1, view_augment: str | None = None, ctx: Any = None
 ) -> Callable[[Any], Any]:
     """The training transform, with ``views - 1`` extra independently augmented views on request.
 
@@ -137,17 +137,32 @@ def build_train_views(
         view_augment: Augmentation of the extra views; defaults to the main policy's ``view_augment``
             attribute (``none`` says ``dml``: an un-augmented second view would equal the first), else
             ``augment``.
+        ctx: A :class:`~dmlplug.context.BuildContext` whose registry builds the policies (a run's); default
+            the process-wide plugin host's.
+    """
+    main = _policy(augment, image_size, ctx)
+    return with_views(main, views, lambda named: _policy(view_augment or named or augment, image_size, ctx))
+
+
+def with_views(main: Any, views: int, extra: Callable[[str | None], Any]) -> Any:
+    """``main`` for one view; for more, a :class:`MultiView` of ``main`` and ``views - 1`` policies ``extra(name)``.
+
+    The one rule of the extra views, for :func:`build_train_views` and the engine (which builds its policies
+    from the recipe): ``name`` is the main policy's ``view_augment`` when it names one, else ``None`` (the
+    caller's default, usually the main policy again).
+
+    Raises:
+        ValueError: ``views`` is below 1.
     """
     if views < 1:
         raise ValueError(f"views must be at least 1, got {views}")
-    main = _policy(augment, image_size)
     if views == 1:
         return main
-    extra = view_augment or getattr(main, "view_augment", None) or augment
-    return MultiView([main] + [_policy(extra, image_size) for _ in range(views - 1)])
+    named = getattr(main, "view_augment", None) or None
+    return MultiView([main] + [extra(named) for _ in range(views - 1)])
 
 
-def _policy(name: str, image_size: int) -> Any:
+def _policy(name: str, image_size: int, ctx: Any = None) -> Any:
     import dmlplug
 
-    return dmlplug.create("augmentation", name, image_size=image_size)
+    return dmlplug.create("augmentation", name, ctx, image_size=image_size)

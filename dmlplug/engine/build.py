@@ -13,7 +13,6 @@ from typing import Any
 
 from dmlplug.context import BuildContext
 from dmlplug.errors import ComponentError, DataError, DmlplugError
-from dmlplug.protocols import HasViewAugment
 from dmlplug.registry import singular
 
 
@@ -163,18 +162,18 @@ def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
     Raises:
         ComponentError: ``"auto"`` resolves to an augmentation that is not registered, or a policy fails.
     """
-    from dmlplug.data.transforms import MultiView, build_test_transform, eval_crop
+    from dmlplug.data.transforms import build_test_transform, eval_crop, with_views
 
     data = recipe.recipe.data
     ctx = (ctx or BuildContext()).changed(image_size=data.image_size, resize_size=data.resize_size)
     spec = augmentation_spec(recipe, dataset, ctx)
     main = build_component(spec, ctx)
-    train = main
-    if views > 1:
-        view_augment = main.view_augment if isinstance(main, HasViewAugment) else None
-        extra = spec if not view_augment else _augmentation(
-            view_augment, ctx, f"the view_augment of augmentation {spec.name!r} ([data] augment)")
-        train = MultiView([main] + [build_component(extra, ctx) for _ in range(views - 1)])
+
+    def extra_view(view_augment: str | None) -> Any:
+        return build_component(spec if not view_augment else _augmentation(
+            view_augment, ctx, f"the view_augment of augmentation {spec.name!r} ([data] augment)"), ctx)
+
+    train = with_views(main, views, extra_view)
     test = build_test_transform(image_size=data.image_size, resize_size=data.resize_size, crop=eval_crop(main))
     return train, test
 

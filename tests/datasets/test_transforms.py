@@ -79,6 +79,34 @@ def test_extra_views_are_independent_augmentations_of_the_same_image():
         build_train_views(augment="dml", image_size=32, views=0)
 
 
+def test_extra_views_are_built_by_the_registry_of_the_context_given():
+    # A run's own host (here one with a policy the process-wide host lacks) builds every view, not the global one.
+    from dmlplug import BuildContext, hookimpl
+    from dmlplug.plugins import PluginHost
+
+    built = []
+
+    class Mark:
+        view_augment = "second"
+
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, image):
+            return self.name
+
+    class OwnPolicies:
+        @hookimpl
+        def register_augmentations(self, register):
+            for name in ("first", "second"):
+                register(name, lambda params, ctx, name=name: built.append(name) or Mark(name))
+
+    host = PluginHost().load(builtins=False, entry_points=False)
+    host.add_plugin(OwnPolicies(), "own")
+    views = build_train_views(augment="first", image_size=8, views=3, ctx=BuildContext(host=host))
+    assert views(None) == ("first", "second", "second") and built == ["first", "second", "second"]
+
+
 def test_dataloader_over_files_with_a_worker_and_two_views(trees, tmp_path):
     import torch
 
