@@ -22,10 +22,12 @@ from typing import Any
 import pluggy
 
 from dmlplug.context import BuildContext
+from dmlplug.distributions import installed_version
 from dmlplug.params import Params
 from dmlplug.tables import ComponentTable, TableOf, default_table
 
-__version__ = "0.1.0"
+#: pyproject.toml's version, as installed (a source tree that was never installed has none to read).
+__version__ = installed_version("dmlplug") or "0+unknown"
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 

@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dmlplug.distributions import installed_version
+
 
 @dataclass
 class Check:
@@ -29,13 +31,6 @@ class Check:
     status: str  # "ok" | "warn" | "fail"
     detail: str
     fix: str = ""
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _short(exc: BaseException) -> str:
@@ -130,7 +125,7 @@ def _package_check(name: str, module: str, dist: str, purpose: str, required: bo
         importlib.import_module(module)
     except Exception as exc:
         return Check(name, "fail", f"installed but fails to import ({_short(exc)})", f"pip install -U {dist}")
-    version = _version(dist)
+    version = installed_version(dist)
     if minimum and version and _release(version) < _release(minimum):
         return Check(name, "fail" if required else "warn", f"{version}: older than {minimum}, the oldest "
                      f"supported ({purpose} may fail)", f"pip install -U '{dist}>={minimum}'")
@@ -164,7 +159,7 @@ def _pml_check() -> Check:
     """PML installed and importable, and of a major version the adapters support (3.0 changed the API)."""
     check = _package_check("pytorch-metric-learning", "pytorch_metric_learning", "pytorch-metric-learning",
                            "losses and miners", required=True)
-    version = _version("pytorch-metric-learning")
+    version = installed_version("pytorch-metric-learning")
     major = version.split(".", 1)[0] if version else ""
     if check.status == "ok" and major.isdigit() and int(major) not in SUPPORTED_PML_MAJORS:
         return Check(check.name, "fail", f"{version}: major version {major} is not supported (the built-in PML "

@@ -27,6 +27,7 @@ from typing import Any
 import pluggy
 
 from dmlplug import hookspecs
+from dmlplug.distributions import installed_version
 from dmlplug.registry import KINDS, Registry
 
 ENTRY_POINT_GROUP = "dmlplug"
@@ -106,7 +107,7 @@ class PluginHost:
                 if asked_off and name not in ESSENTIAL_PLUGINS:
                     continue
                 record = PluginRecord(name=name, module=module_name, builtin=True,
-                                      distribution="dmlplug", version=_dist_version("dmlplug"))
+                                      distribution="dmlplug", version=installed_version("dmlplug") or "")
                 if asked_off:
                     record.load_note = ("essential (the recipe defaults name its components): "
                                         "DMLPLUG_DISABLE_PLUGINS cannot disable it; remove it from that variable")
@@ -251,13 +252,6 @@ def _origin(record: PluginRecord) -> str:
 
 def _env_list(var: str) -> set[str]:
     return {p.strip() for p in os.environ.get(var, "").split(",") if p.strip()}
-
-
-def _dist_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def _short_error(exc: BaseException) -> str:

@@ -73,13 +73,7 @@ def environment_record(device: str, seed: int, host: Any, extra: dict[str, Any] 
         faiss_gpu = hasattr(faiss, "StandardGpuResources")
     except ImportError:
         faiss_version, faiss_gpu = None, False
-    from importlib import metadata
-
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+    from dmlplug.distributions import installed_version as version
 
     record = {
         "python": sys.version.split()[0],

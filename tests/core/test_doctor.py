@@ -51,8 +51,9 @@ def test_unsupported_pml_major_version_fails_with_the_install_command(monkeypatc
     from dmlplug import doctor
 
     assert next(c for c in diagnose() if c.name == "pytorch-metric-learning").status == "ok"
-    real = doctor._version
-    monkeypatch.setattr(doctor, "_version", lambda dist: "3.0.1" if dist == "pytorch-metric-learning" else real(dist))
+    real = doctor.installed_version
+    monkeypatch.setattr(doctor, "installed_version",
+                        lambda dist: "3.0.1" if dist == "pytorch-metric-learning" else real(dist))
     check = next(c for c in diagnose() if c.name == "pytorch-metric-learning")
     assert check.status == "fail" and "3.0.1" in check.detail and "<3" in check.fix
 
@@ -96,8 +97,8 @@ def test_onnx_that_fails_to_import_fails_the_doctor(monkeypatch):
 def test_onnxruntime_older_than_the_export_extra_is_a_warning(monkeypatch):
     from dmlplug import doctor
 
-    real = doctor._version
-    monkeypatch.setattr(doctor, "_version", lambda dist: "1.17.3" if dist == "onnxruntime" else real(dist))
+    real = doctor.installed_version
+    monkeypatch.setattr(doctor, "installed_version", lambda dist: "1.17.3" if dist == "onnxruntime" else real(dist))
     check = next(c for c in diagnose() if c.name == "onnxruntime")
     assert check.status == "warn" and "older than 1.18" in check.detail and "onnxruntime>=1.18" in check.fix
 

@@ -72,3 +72,13 @@ def test_the_cpu_only_route_installs_builds_the_pins_accept():
         assert not SpecifierSet(f"=={pins[name]}+cu130").contains(f"{pins[name]}+cpu")  # a labelled pin would not
     requirements = {r.name: r for r in _requirements()}
     assert requirements["torch"].specifier.contains(f"{pins['torch']}+cpu")
+
+
+def test_the_version_is_written_once_in_pyproject_and_read_from_the_metadata_everywhere():
+    import dmlplug
+    from dmlplug.plugins import get_host
+
+    written = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert dmlplug.__version__ == metadata.version("dmlplug") == written
+    # The built-in plugins are listed with it too (`dmlplug plugins`).
+    assert {r.version for r in get_host().records.values() if r.builtin} == {written}
