@@ -219,3 +219,11 @@ def test_the_nested_table_example_works(monkeypatch):
                          ({"loss": {"name": "contrastive", "bogus": 1}}, r"loss\.bogus|bogus: unknown key")):
         with pytest.raises(RecipeError, match=message):
             info.validate(bad, where="loss", registry=host.registry)
+
+
+def test_the_essential_plugins_named_are_the_ones_that_cannot_be_disabled():
+    from dmlplug.plugins import ESSENTIAL_PLUGINS
+
+    sentence = re.search(r"The plugins (.+?) are \*essential\*", DOC.read_text(encoding="utf-8"), re.S)
+    assert sentence, "docs/plugin-api.md no longer says which plugins are essential"
+    assert set(_ticked(sentence.group(1))) == set(ESSENTIAL_PLUGINS)
