@@ -1,7 +1,7 @@
-"""Write docs/hooks.md from the docstrings in dmlplug/hookspecs.py.
+"""Write docs/hooks.md from the docstrings of the hooks in dmlplug/hookspecs/.
 
 Run ``python docs/generate_hooks.py`` after changing a hook; tests/core/test_docs.py fails when the
-committed file is stale. Hooks appear in the order of the source file, under the heading of their group.
+committed file is stale. Hooks appear in the order of ``dmlplug.hookspecs.__all__``, under the heading of their group.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 HEADER = """# Hooks reference
 
-Generated from `dmlplug/hookspecs.py` by `python docs/generate_hooks.py` — do not edit by hand.
+Generated from `dmlplug/hookspecs/` by `python docs/generate_hooks.py` — do not edit by hand.
 
 Implement a hook with `@dmlplug.hookimpl` on a module-level function (or a method of a registered object)
 with the same name and argument names (a subset of them is fine). The types in the signatures are public:
@@ -38,10 +38,11 @@ GROUPS = (
 
 
 def hookspecs_in_order() -> list:
-    """Every hookspec function, in the order it is defined in dmlplug/hookspecs.py."""
+    """Every hookspec function, in the order of ``dmlplug.hookspecs.__all__``."""
     from dmlplug import hookspecs
 
-    return [f for f in vars(hookspecs).values() if inspect.isfunction(f) and hasattr(f, "dmlplug_spec")]
+    hooks = [getattr(hookspecs, name) for name in hookspecs.__all__]
+    return [f for f in hooks if inspect.isfunction(f) and hasattr(f, "dmlplug_spec")]
 
 
 def render() -> str:

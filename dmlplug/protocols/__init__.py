@@ -1,0 +1,83 @@
+"""What the engine may call on each kind of component, and what hooks receive (public API).
+
+Every component kind has a :class:`typing.Protocol` listing its required members
+(:mod:`dmlplug.protocols.components`); the optional *engine services* a component may offer are separate small
+protocols (:class:`HasOptimizerParamGroups`, :class:`HasAfterOptimizerStep` …, in
+:mod:`dmlplug.protocols.services`, with :class:`RunView` and :class:`ReportSection`). Import them from this
+package: together they are the whole contract between plugins and engine. The engine checks them with
+``isinstance`` (they are ``runtime_checkable``). Nothing here imports torch: tensors and modules are typed ``Any``.
+"""
+
+from __future__ import annotations
+
+from dmlplug.protocols.components import (
+    KIND_PROTOCOLS,
+    Augmentation,
+    Backbone,
+    BatchSampler,
+    Dataset,
+    Distance,
+    Evaluator,
+    Factory,
+    Head,
+    Logger,
+    Loss,
+    LRSchedule,
+    Miner,
+    MultiHead,
+    Optimizer,
+    P,
+    P_contra,
+    Reducer,
+    Register,
+    Regularizer,
+)
+from dmlplug.protocols.services import (
+    HasAfterOptimizerStep,
+    HasEmaMomentum,
+    HasEvalCrop,
+    HasFigures,
+    HasOptimizerParamGroups,
+    HasRandomSources,
+    HasRequiredK,
+    HasSetEpoch,
+    HasViewAugment,
+    ReportSection,
+    RunView,
+    WritesArtifacts,
+)
+
+__all__ = [
+    "P_contra",
+    "P",
+    "Factory",
+    "Register",
+    "Backbone",
+    "Head",
+    "MultiHead",
+    "Loss",
+    "Miner",
+    "Regularizer",
+    "Evaluator",
+    "BatchSampler",
+    "Dataset",
+    "Logger",
+    "Distance",
+    "Reducer",
+    "Optimizer",
+    "LRSchedule",
+    "Augmentation",
+    "KIND_PROTOCOLS",
+    "HasOptimizerParamGroups",
+    "HasAfterOptimizerStep",
+    "HasSetEpoch",
+    "HasEvalCrop",
+    "HasViewAugment",
+    "HasRandomSources",
+    "HasEmaMomentum",
+    "HasRequiredK",
+    "HasFigures",
+    "WritesArtifacts",
+    "RunView",
+    "ReportSection",
+]
