@@ -4,7 +4,7 @@ Example::
 
     bundle = dmlplug.load_bundle("bundles/quickstart")
     vectors = bundle.embed(["a.png", "b.png"])          # N×D float32, unit length
-    index = bundle.build_index(["gallery/1.png", ...])  # or dmlplug.bundle.index.load_index(folder)
+    index = bundle.build_index(["gallery/1.png", ...])  # or dmlplug.bundle.index_files.read_index(folder)
     results = bundle.search(["query.png"], index, k=5)
 
 Loading verifies what it loads (docs/bundle.md, "Errors"): ``bundle.json`` must have the layout this dmlplug
@@ -191,7 +191,7 @@ class Bundle(Embedder):
 
         Args:
             queries: Query images (paths or PIL images).
-            index: An index from :meth:`build_index` or :func:`dmlplug.bundle.index.load_index`, or a folder.
+            index: An index from :meth:`build_index` or :func:`dmlplug.bundle.index_files.read_index`, or a folder.
             k: Matches per query.
             threshold: Cosine-similarity threshold; defaults to :attr:`threshold`.
             names: How queries are named in the result (defaults to their paths).
@@ -207,14 +207,13 @@ class Bundle(Embedder):
                 another size; a query cannot be read; ``rerank`` needs float32 vectors the index does not keep.
             RecipeError: ``rerank`` is not a known method with valid parameters.
         """
-        from dmlplug.bundle.index import load_index
-        from dmlplug.bundle.index_files import check_built_by
+        from dmlplug.bundle.index_files import check_built_by, read_index
         from dmlplug.evaluation.rerank_spec import parse_rerank
 
         spec = None if rerank is None else parse_rerank(rerank, where="--rerank")
 
         if isinstance(index, str | Path):
-            index = load_index(index)
+            index = read_index(index)
         check_built_by(index, self)
         if index.dim != self.embedding_size:
             raise BundleError(f"the index holds {index.dim}-d embeddings, the bundle makes {self.embedding_size}-d",

@@ -333,9 +333,3 @@ def build_index(embeddings: np.ndarray, paths: Sequence[str], *, codec: str | No
     """An index of ``codec`` (default exact ``float32``); ``approximate`` (``"ivf"`` / ``"hnsw"``) is a codec too."""
     return build_from(MemoryGallery(embeddings, paths), codec or approximate or "float32", k=k, given=given)
 
-
-def load_index(folder: str | Path) -> ExactIndex | CodedIndex:
-    """Read and check an index folder of ``dmlplug index`` (:func:`dmlplug.bundle.index_files.read_index`)."""
-    from dmlplug.bundle.index_files import read_index
-
-    return read_index(folder)

@@ -7,6 +7,7 @@ the same way), so built-in, third-party and core commands are all added by one m
 * :mod:`dmlplug.commands.core`: run, validate, plugins, list, report, doctor and ``plugin new``.
 * :mod:`dmlplug.commands.bundle`: export, calibrate, embed and search (deployment, ``dmlplug/bundle/``).
 * :mod:`dmlplug.commands.index`: index, index-add and index-remove (``dmlplug/bundle/index*.py``).
+* :mod:`dmlplug.commands.options`: the arguments and options several commands share.
 
 Only typer is imported at module level: torch comes with the command that runs, so ``dmlplug --help``
 stays fast. Being part of the host, these modules may use the host's private modules; plugins may not.
@@ -14,21 +15,10 @@ stays fast. Being part of the host, these modules may use the host's private mod
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import pluggy
 import typer
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
-
-#: The recipe argument of ``run`` and ``validate``.
-RecipeArg = Annotated[Path, typer.Argument(help="Path to a TOML recipe.", show_default=False, metavar="RECIPE")]
-#: ``--set section.key=value`` overrides of a recipe (repeatable).
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="Override a recipe value: section.key=value (repeatable)."),
-]
 
 
 @hookimpl(tryfirst=True)

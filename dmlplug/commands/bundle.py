@@ -197,10 +197,10 @@ def cmd_search(
 ) -> None:
     """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
     from dmlplug.bundle.bundle import load_bundle
-    from dmlplug.bundle.index import load_index
+    from dmlplug.bundle.index_files import read_index
 
     bundle = load_bundle(bundle_dir, device=device)
-    index = load_index(index_dir)  # checked against the bundle's model by bundle.search, before any query is read
+    index = read_index(index_dir)  # checked against the bundle's model by bundle.search, before any query is read
     results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold, rerank=rerank)
     if as_json:
         typer.echo(json.dumps(results, indent=2))

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dmlplug.commands import RecipeArg, SetOpt
+from dmlplug.commands.options import RecipeArg, SetOpt
 
 
 def cmd_run(

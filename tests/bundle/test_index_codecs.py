@@ -12,10 +12,10 @@ import pytest
 
 from dmlplug.bundle.codecs import CODECS
 from dmlplug.bundle.errors import BundleError
-from dmlplug.bundle.index import MemoryGallery, build_from, build_index, holdout_rows, load_index
+from dmlplug.bundle.index import MemoryGallery, build_from, build_index, holdout_rows
 from dmlplug.bundle.index_budget import choose, parse_budget
 from dmlplug.bundle.index_edit import add_items, edit_folder, remove_items
-from dmlplug.bundle.index_files import save_index
+from dmlplug.bundle.index_files import read_index, save_index
 from dmlplug.bundle.index_shards import shard_gallery
 from tests.shared.shards import write_shards
 
@@ -59,7 +59,7 @@ def _saved(index, tmp_path, name="index"):
 def test_every_codec_round_trips_and_records_what_its_files_take(codec, tmp_path):
     index = build_index(GALLERY, PATHS, codec=codec)
     folder = _saved(index, tmp_path)
-    loaded = load_index(folder)
+    loaded = read_index(folder)
     assert loaded.codec == codec and loaded.size == len(GALLERY)
     for k in (1, 10):
         assert [a.tolist() for a in loaded.search(QUERIES, k)] == [a.tolist() for a in index.search(QUERIES, k)]
@@ -233,7 +233,7 @@ def test_an_index_written_before_the_codecs_still_loads(kind, tmp_path):
     (folder / "paths.json").write_text(json.dumps(paths))
     (folder / "index.json").write_text(json.dumps({"kind": kind, "storage": "faiss", "size": 500, "dim": 32,
                                                    **params}))
-    loaded = load_index(folder)
+    loaded = read_index(folder)
     assert loaded.codec == kind
     if kind == "hnsw":
         assert loaded.index.hnsw.efSearch == 77

@@ -177,7 +177,7 @@ def _truncate(path):
                                                           "kind": "hnsw", "codec": "hnsw"})), "holds a IndexFlatIP"),
 ])
 def test_a_damaged_index_is_one_clear_error(onnx_bundle, index_dir, image_folder, tmp_path, damage, phrase, cli):
-    from dmlplug.bundle.index import load_index
+    from dmlplug.bundle.index_files import read_index
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -186,7 +186,7 @@ def test_a_damaged_index_is_one_clear_error(onnx_bundle, index_dir, image_folder
     _one_clear_error(code, err, phrase, "dmlplug index")
     assert out == ""
     with pytest.raises(BundleError, match="index"):
-        load_index(copy)
+        read_index(copy)
 
 
 def test_a_truncated_torch_index_is_one_clear_error(onnx_bundle, image_folder, tmp_path, monkeypatch, cli):

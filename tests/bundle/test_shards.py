@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from dmlplug.bundle.errors import BundleError
-from dmlplug.bundle.index import load_index
+from dmlplug.bundle.index_files import read_index
 from dmlplug.bundle.shards import SHARD_MANIFEST, file_sha256, open_shards, read_shards, shard_name, shard_range
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_two_torchrun_ranks_equal_one_process_bit_for_bit(sharded, image_folder,
     assert code == 0, err
     code, _, err = cli("index", bundle_dir, image_folder, "--out", tmp_path / "from-images", "-q")
     assert code == 0, err
-    assert load_index(tmp_path / "from-shards").paths == load_index(tmp_path / "from-images").paths
+    assert read_index(tmp_path / "from-shards").paths == read_index(tmp_path / "from-images").paths
 
 
 def test_shards_flag_in_one_process_writes_one_shard(onnx_bundle, image_folder, tmp_path, cli):
