@@ -22,12 +22,11 @@ from typing import Any
 import pluggy
 
 from dmlplug.context import BuildContext
-from dmlplug.distributions import installed_version
+from dmlplug.distributions import DMLPLUG_VERSION
 from dmlplug.params import Params
 from dmlplug.tables import ComponentTable, TableOf, default_table
 
-#: pyproject.toml's version, as installed (a source tree that was never installed has none to read).
-__version__ = installed_version("dmlplug") or "0+unknown"
+__version__ = DMLPLUG_VERSION
 
 hookimpl = pluggy.HookimplMarker("dmlplug")
 

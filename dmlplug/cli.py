@@ -23,9 +23,9 @@ _STATE = {"debug": False}
 def _print_version(value: bool) -> None:
     """Print the version and stop; eager, so that ``dmlplug --version`` needs no command."""
     if value:
-        from dmlplug import __version__
+        from dmlplug.distributions import DMLPLUG_VERSION
 
-        typer.echo(f"dmlplug {__version__}")
+        typer.echo(f"dmlplug {DMLPLUG_VERSION}")
         raise typer.Exit()
 
 

@@ -15,3 +15,8 @@ def installed_version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+#: dmlplug's own version (``dmlplug.__version__``): pyproject.toml's, as installed; a source tree that was never
+#: installed has none to read.
+DMLPLUG_VERSION = installed_version("dmlplug") or "0+unknown"

@@ -199,10 +199,10 @@ def _clash_checks(host: Any) -> list[Check]:
 
 def diagnose(host: Any = None) -> list[Check]:
     """Run every check (imports torch, faiss and the logger packages)."""
-    from dmlplug import __version__
+    from dmlplug.distributions import DMLPLUG_VERSION
 
     checks = [Check("python", "ok", f"{platform.python_version()} ({sys.executable})"),
-              Check("dmlplug", "ok", __version__)]
+              Check("dmlplug", "ok", DMLPLUG_VERSION)]
     checks += _torch_checks()
     checks.append(_faiss_check())
     checks.append(_pml_check())

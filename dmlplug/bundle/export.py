@@ -40,9 +40,9 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
     check_destination(Path(out), "bundle")  # before minutes of loading and calibrating, not after
     import torch
 
-    from dmlplug import __version__
     from dmlplug.bundle.preprocess import describe_transform
     from dmlplug.bundle.runtime import EmbeddingNet, TorchRunner
+    from dmlplug.distributions import DMLPLUG_VERSION
     from dmlplug.engine.trained_run import find_checkpoint, load_run
 
     say = log or (lambda message: print(message, file=sys.stderr))
@@ -70,7 +70,7 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
         # After the verification: the thresholds are calibrated on the vectors the bundle itself will produce.
         thresholds, calibration = _calibrate(loaded, exported, device, say) if calibrate else ({}, None)
         manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "dmlplug_version": __version__,
+            "format": FORMAT, "format_version": FORMAT_VERSION, "dmlplug_version": DMLPLUG_VERSION,
             "source": {"run_dir": str(loaded.run_dir.resolve()) if loaded.run_dir else None,
                        "checkpoint": str(loaded.checkpoint.resolve()),
                        "checkpoint_sha256": sha256_file(loaded.checkpoint),

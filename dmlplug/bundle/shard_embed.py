@@ -161,10 +161,10 @@ def _undo(file: Path, out: Path, created: bool, info: Any) -> None:
 def _manifest(bundle: Bundle, images_dir: Path, listed: int, batch_size: int,
               records: list[dict[str, Any]]) -> dict[str, Any]:
     """``manifest.json``: what made the shards, from which images, and every shard in row order."""
-    from dmlplug import __version__
+    from dmlplug.distributions import DMLPLUG_VERSION
 
     return {
-        "format": SHARDS_FORMAT, "format_version": SHARDS_FORMAT_VERSION, "dmlplug_version": __version__,
+        "format": SHARDS_FORMAT, "format_version": SHARDS_FORMAT_VERSION, "dmlplug_version": DMLPLUG_VERSION,
         "bundle": {"path": str(bundle.path.resolve()), "model_sha256": bundle.model_sha256,
                    "checkpoint_sha256": bundle.manifest["source"]["checkpoint_sha256"]},
         "model_sha256": bundle.model_sha256, "embedding_size": bundle.embedding_size,

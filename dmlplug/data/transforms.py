@@ -163,6 +163,6 @@ def with_views(main: Any, views: int, extra: Callable[[str | None], Any]) -> Any
 
 
 def _policy(name: str, image_size: int, ctx: Any = None) -> Any:
-    import dmlplug
+    from dmlplug.context import BuildContext
 
-    return dmlplug.create("augmentation", name, ctx, image_size=image_size)
+    return (ctx or BuildContext()).build("augmentations", {"name": name}, image_size=image_size)
