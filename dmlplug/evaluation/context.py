@@ -38,6 +38,23 @@ class EvalContext:
         DataError: Shapes, dtypes or masks are inconsistent, or the values are not finite.
     """
 
+    # What evaluators read (docs/plugin-api.md, "What evaluators read"): set by __init__.
+    embeddings: Any
+    labels: np.ndarray
+    leave_one_out: bool
+    query_index: np.ndarray
+    gallery_index: np.ndarray
+    self_pos: np.ndarray
+    relevant: np.ndarray
+    knn_queries: np.ndarray
+    backend: str
+    backend_used: str
+    memory_budget_mb: float | None
+    budget_bytes: int
+    seed: int
+    cache: dict[Any, Any]
+    search_stats: SearchStats | None
+
     def __init__(
         self,
         embeddings: Any,
@@ -71,12 +88,12 @@ class EvalContext:
         self.budget_bytes = default_budget_bytes(memory_budget_mb)
         self.seed = int(seed)
         #: Shared results of expensive steps (clusters, pair sets, per-query metric values ...).
-        self.cache: dict[Any, Any] = {}
+        self.cache = {}
         self._knn: np.ndarray | None = None  # canonical neighbours (identities)
         self._rel_knn: np.ndarray | None = None  # canonical up to swaps of equally relevant near-ties
         self._rel_depth = np.zeros(0, dtype=np.int64)
         self._hits: np.ndarray | None = None
-        self.search_stats: SearchStats | None = None
+        self.search_stats = None
         self._label_stats()
 
     # ----------------------------------------------------------------------------------------- sets

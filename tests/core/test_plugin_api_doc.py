@@ -227,3 +227,14 @@ def test_the_essential_plugins_named_are_the_ones_that_cannot_be_disabled():
     sentence = re.search(r"The plugins (.+?) are \*essential\*", DOC.read_text(encoding="utf-8"), re.S)
     assert sentence, "docs/plugin-api.md no longer says which plugins are essential"
     assert set(_ticked(sentence.group(1))) == set(ESSENTIAL_PLUGINS)
+
+
+def test_every_public_member_of_the_evaluation_context_is_documented():
+    from dmlplug.evaluation.context import EvalContext
+
+    section = DOC.read_text(encoding="utf-8").split("### What evaluators read: `EvalContext`", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    documented = {_identifier(token) for token in _ticked(section)}
+    probe = EvalContext(__import__("numpy").eye(4, dtype="float32"), [0, 0, 1, 1])
+    public = {name for name in dir(probe) if not name.startswith("_")}
+    assert public <= documented, f"EvalContext members missing from docs/plugin-api.md: {sorted(public - documented)}"
