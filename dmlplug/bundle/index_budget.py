@@ -81,7 +81,9 @@ def choose(gallery: Gallery, budget: Budget, *, k: int = 10, seed: int = 0,
             continue
         index = build_from(gallery, codec, k=k, seed=seed, given=own)
         info = index.info
-        row = Candidate(codec, info["bytes_per_vector"], info.get("recall@1"), info.get(f"recall@{min(10, n_kept)}"))
+        row = Candidate(codec, info["bytes_per_vector"], info.get("recall@1"), info.get(f"recall@{min(10, n_kept)}"),
+                        note="" if codec == "float32" or info.get("recall_queries") else
+                        "recall not measured: too few vectors to hold a query out")
         row.fits = row.bytes_per_vector is not None and row.bytes_per_vector <= limit
         table.append(row)
         if row.fits and (best is None or _rank(row) > _rank(best[1])):
@@ -92,9 +94,19 @@ def choose(gallery: Gallery, budget: Budget, *, k: int = 10, seed: int = 0,
     return best[0], table
 
 
-def _rank(row: Candidate) -> tuple[float, float, float]:
-    return (row.recall10 if row.recall10 is not None else 1.0, row.recall1 if row.recall1 is not None else 1.0,
-            -(row.bytes_per_vector or 0.0))
+def _rank(row: Candidate) -> tuple[bool, float, float, float]:
+    """Higher is better: measured recall@10, then recall@1, then fewer bytes per vector.
+
+    ``float32`` is exact, measured or not. A lossy codec whose recall could not be measured (a gallery too small
+    to hold a query out) is never taken for a perfect one: it ranks below every measured candidate, and among
+    such candidates the finer codes (more bytes per vector) come first.
+    """
+    exact = row.codec == "float32"
+    recall10 = 1.0 if exact else row.recall10
+    recall1 = 1.0 if exact else row.recall1
+    measured = recall10 is not None
+    size = row.bytes_per_vector or 0.0
+    return measured, recall10 or 0.0, recall1 or 0.0, -size if measured else size
 
 
 def format_table(table: list[Candidate], chosen: str | None = None) -> str:

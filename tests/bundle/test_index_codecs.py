@@ -102,6 +102,22 @@ def test_binary_codes_lose_recall_that_float32_keeps():
     assert short["recall@10"] < long["recall@10"] < 1.0
 
 
+def test_a_codec_whose_recall_was_not_measured_is_not_taken_for_a_perfect_one():
+    # Nine vectors hold no query out: no lossy codec's recall is measured. It used to count as 1.0, so under a
+    # budget everything fits, PQ (fewest bytes, "recall 1.0") beat the exact index.
+    gallery = MemoryGallery(GALLERY[:9], PATHS[:9])
+    index, table = choose(gallery, parse_budget("1000B"))
+    assert index.codec == "float32"
+    lossy = [row for row in table if row.codec != "float32" and row.fits]
+    assert lossy and all(row.recall10 is None and "recall not measured" in row.note for row in lossy)
+    # Where float32 does not fit, the finest unmeasured codes that do win (not the coarsest).
+    sizes = {row.codec: row.bytes_per_vector for row in table}
+    limit = sizes["float32"] - 1
+    index, table = choose(gallery, parse_budget(f"{limit:.0f}B"))
+    fitting = {c: b for c, b in sizes.items() if c != "float32" and b <= limit}
+    assert len(fitting) >= 2 and index.codec == max(fitting, key=fitting.get)
+
+
 def test_pq_parameters_follow_the_gallery_and_can_be_set():
     index = build_index(GALLERY, PATHS, codec="pq")
     n = len(GALLERY) - 300
