@@ -136,10 +136,14 @@ def set_search_params(faiss: Any, index: Any, codec: str, params: dict[str, int]
 
 
 def code_bytes(codec: str, dim: int, params: dict[str, int]) -> float:
-    """The bytes of a vector's code alone, a lower bound of what the index stores per vector."""
-    return {"float32": 4.0 * dim, "float16": 2.0 * dim, "int8": float(dim), "binary": dim / 8 + 4.0 * dim,
+    """A lower bound of what the index stores per vector: its code, and the 8-byte id faiss keeps with it.
+
+    (``float32`` is kept as an :class:`~dmlplug.bundle.index.ExactIndex`: the vectors alone.)
+    """
+    code = {"float32": 4.0 * dim, "float16": 2.0 * dim, "int8": float(dim), "binary": dim / 8 + 4.0 * dim,
             "pq": params.get("pq_m", 1) * params.get("pq_nbits", 8) / 8, "ivf": 4.0 * dim,
             "hnsw": 4.0 * dim}[codec]
+    return code if codec == "float32" else code + 8.0
 
 
 def binarise(vectors: np.ndarray) -> np.ndarray:

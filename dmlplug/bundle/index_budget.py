@@ -2,10 +2,11 @@
 
 A budget in plain bytes (``64B``) is per vector; one with a unit (``2GB``, ``512MiB``; K/M/G/T are powers of
 1000, Ki/Mi/Gi/Ti of 1024) is the whole index's data files. Each candidate of
-:data:`~dmlplug.bundle.codecs.BUDGET_CODECS` whose codes alone already exceed the budget is not built; the
-others are built (:func:`~dmlplug.bundle.index.build_from`), and their serialized bytes per vector and recall
-on held-out queries measured. The most accurate one that fits wins (highest recall@10, then recall@1, then
-fewest bytes).
+:data:`~dmlplug.bundle.codecs.BUDGET_CODECS` whose code and id already exceed the budget is not built; the
+others are built (:func:`~dmlplug.bundle.index.build_from`; PQ with the most sub-quantisers that fit), and their
+serialized bytes per vector and recall on held-out queries measured. The most accurate one that fits wins
+(highest recall@10, then recall@1, then fewest bytes; a lossy codec whose recall could not be measured ranks
+below every measured one).
 """
 
 from __future__ import annotations
@@ -75,16 +76,19 @@ def choose(gallery: Gallery, budget: Budget, *, k: int = 10, seed: int = 0,
     table: list[Candidate] = []
     for codec in BUDGET_CODECS:
         own = {name: value for name, value in (given or {}).items() if name in TUNABLE.get(codec, ())}
-        floor = code_bytes(codec, gallery.dim, plan(codec, n_kept, gallery.dim, k=k, **own))
-        if floor > limit:
-            table.append(Candidate(codec, note=f"not built: its codes alone take {floor:g} B/vector"))
+        settings, floor = _settings(codec, n_kept, gallery.dim, limit, k, own)
+        if not settings:
+            table.append(Candidate(codec, note=f"not built: each vector takes at least {floor:g} B (code and id)"))
             continue
-        index = build_from(gallery, codec, k=k, seed=seed, given=own)
-        info = index.info
-        row = Candidate(codec, info["bytes_per_vector"], info.get("recall@1"), info.get(f"recall@{min(10, n_kept)}"),
-                        note="" if codec == "float32" or info.get("recall_queries") else
-                        "recall not measured: too few vectors to hold a query out")
-        row.fits = row.bytes_per_vector is not None and row.bytes_per_vector <= limit
+        for tried in settings:  # finest first: the first that fits once built is the one kept
+            index = build_from(gallery, codec, k=k, seed=seed, given=tried)
+            info = index.info
+            row = Candidate(codec, info["bytes_per_vector"], info.get("recall@1"),
+                            info.get(f"recall@{min(10, n_kept)}"),
+                            note=_note(codec, info, tried, own, len(settings)))
+            row.fits = row.bytes_per_vector is not None and row.bytes_per_vector <= limit
+            if row.fits:
+                break
         table.append(row)
         if row.fits and (best is None or _rank(row) > _rank(best[1])):
             best = index, row
@@ -92,6 +96,30 @@ def choose(gallery: Gallery, budget: Budget, *, k: int = 10, seed: int = 0,
         raise BundleError(f"no index codec fits the budget {budget.text} ({limit:g} B per vector for "
                           f"{gallery.size} vectors):\n{format_table(table)}", fix="give a larger --budget")
     return best[0], table
+
+
+def _settings(codec: str, n: int, dim: int, limit: float, k: int,
+              own: Mapping[str, int | None]) -> tuple[list[dict[str, int | None]], float]:
+    """The parameters to try for ``codec`` under ``limit`` bytes per vector, finest first, and the smallest floor.
+
+    PQ's sub-quantiser count is searched (unless ``--pq-m`` gives it): every divisor of ``dim`` whose floor
+    (:func:`~dmlplug.bundle.codecs.code_bytes`) fits, largest first, as more sub-quantisers of the same bits keep
+    more of each vector. The other codecs have one setting. The list is empty when no setting can fit.
+    """
+    tried = [dict(own)] if codec != "pq" or own.get("pq_m") else \
+        [{**own, "pq_m": m} for m in range(dim, 0, -1) if dim % m == 0]
+    floors = [code_bytes(codec, dim, plan(codec, n, dim, k=k, **t)) for t in tried]
+    return [t for t, floor in zip(tried, floors, strict=True) if floor <= limit], min(floors)
+
+
+def _note(codec: str, info: Mapping[str, object], tried: Mapping[str, int | None], own: Mapping[str, int | None],
+          choices: int) -> str:
+    notes = []
+    if codec == "pq" and not own.get("pq_m") and choices > 1:
+        notes.append(f"pq_m={tried['pq_m']}: the most sub-quantisers that fit")
+    if codec != "float32" and not info.get("recall_queries"):
+        notes.append("recall not measured: too few vectors to hold a query out")
+    return "; ".join(notes)
 
 
 def _rank(row: Candidate) -> tuple[bool, float, float, float]:

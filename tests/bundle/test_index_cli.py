@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 
 import numpy as np
@@ -64,8 +65,8 @@ def test_the_budget_prints_its_candidates_and_a_budget_nothing_meets_writes_noth
                                                                                     tmp_path, cli):
     out, err = _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "fit", "--budget", "1MB", "-q"))
     # every candidate fits 1MB for 24 images: the best recall@10, then recall@1, then the fewest bytes wins
-    rows = {line.split()[-5]: [float(v) for v in line.split()[-4:-1]] for line in err.splitlines()
-            if line.endswith("  yes")}
+    rows = {m[1]: [float(m[2]), float(m[3]), float(m[4])] for m in
+            (re.match(r"^[* ] (\w+) +([\d.]+) +([\d.]+) +([\d.]+) +yes\b", line) for line in err.splitlines()) if m}
     assert set(rows) == {"float32", "float16", "int8", "binary", "pq"}, err
     best = max(rows, key=lambda c: (rows[c][2], rows[c][1], -rows[c][0]))
     assert f"budget 1MB: {best}, the most accurate codec that fits" in err and f"* {best} " in err

@@ -118,6 +118,20 @@ def test_a_codec_whose_recall_was_not_measured_is_not_taken_for_a_perfect_one():
     assert len(fitting) >= 2 and index.codec == max(fitting, key=fitting.get)
 
 
+def test_the_budget_gives_pq_the_most_sub_quantisers_that_fit():
+    # The default pq_m (d/4 = 8: 6 B of codes) wastes a budget that holds finer codes: 30 B/vector fits pq_m = 16
+    # (12 B of codes and the id), not 32 (24 B and the id), and it finds more true neighbours.
+    gallery = MemoryGallery(GALLERY, PATHS)
+    index, table = choose(gallery, parse_budget("30B"))
+    default = build_from(gallery, "pq").info
+    assert index.codec == "pq" and index.info["pq_m"] == 16 and index.info["bytes_per_vector"] <= 30
+    assert index.info["recall@10"] > default["recall@10"] + 0.1
+    assert "pq_m=16: the most sub-quantisers that fit" in next(r.note for r in table if r.codec == "pq")
+    # --pq-m given: the budget keeps it.
+    index, _ = choose(gallery, parse_budget("30B"), given={"pq_m": 8})
+    assert index.info["pq_m"] == 8
+
+
 def test_pq_parameters_follow_the_gallery_and_can_be_set():
     index = build_index(GALLERY, PATHS, codec="pq")
     n = len(GALLERY) - 300
@@ -150,7 +164,8 @@ def test_the_budget_picks_the_most_accurate_codec_that_fits():
                         for c in ("float32", "float16", "int8", "binary", "pq")}
     with pytest.raises(BundleError, match="no index codec fits the budget 4B") as caught:
         choose(gallery, parse_budget("4B"))
-    assert "pq" in str(caught.value) and "not built: its codes alone take 6 B/vector" in str(caught.value)
+    assert "pq" in str(caught.value)
+    assert "not built: each vector takes at least 8.75 B (code and id)" in str(caught.value)
     assert parse_budget("2GB").total == 2e9 and parse_budget("1.5KiB").total == 1536
     with pytest.raises(BundleError, match="is not a size"):
         parse_budget("64 bits")
