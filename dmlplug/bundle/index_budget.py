@@ -102,12 +102,13 @@ def _settings(codec: str, n: int, dim: int, limit: float, k: int,
               own: Mapping[str, int | None]) -> tuple[list[dict[str, int | None]], float]:
     """The parameters to try for ``codec`` under ``limit`` bytes per vector, finest first, and the smallest floor.
 
-    PQ's sub-quantiser count is searched (unless ``--pq-m`` gives it): every divisor of ``dim`` whose floor
-    (:func:`~dmlplug.bundle.codecs.code_bytes`) fits, largest first, as more sub-quantisers of the same bits keep
-    more of each vector. The other codecs have one setting. The list is empty when no setting can fit.
+    PQ's sub-quantiser count is searched (unless ``--pq-m`` gives it): every divisor of ``dim`` up to ``dim / 2``
+    whose floor (:func:`~dmlplug.bundle.codecs.code_bytes`) fits, largest first, as more sub-quantisers of the same
+    bits keep more of each vector. Beyond ``dim / 2`` the codes would be as large as int8's, which needs no k-means
+    per sub-vector to train. The other codecs have one setting. The list is empty when no setting can fit.
     """
     tried = [dict(own)] if codec != "pq" or own.get("pq_m") else \
-        [{**own, "pq_m": m} for m in range(dim, 0, -1) if dim % m == 0]
+        [{**own, "pq_m": m} for m in range(max(1, dim // 2), 0, -1) if dim % m == 0]
     floors = [code_bytes(codec, dim, plan(codec, n, dim, k=k, **t)) for t in tried]
     return [t for t, floor in zip(tried, floors, strict=True) if floor <= limit], min(floors)
 

@@ -127,6 +127,9 @@ def test_the_budget_gives_pq_the_most_sub_quantisers_that_fit():
     assert index.codec == "pq" and index.info["pq_m"] == 16 and index.info["bytes_per_vector"] <= 30
     assert index.info["recall@10"] > default["recall@10"] + 0.1
     assert "pq_m=16: the most sub-quantisers that fit" in next(r.note for r in table if r.codec == "pq")
+    # However large the budget, PQ's codes stay at most half of int8's (pq_m <= d/2): finer, int8 does it cheaper.
+    _, table = choose(gallery, parse_budget("1000B"))
+    assert "pq_m=16:" in next(r.note for r in table if r.codec == "pq")
     # --pq-m given: the budget keeps it.
     index, _ = choose(gallery, parse_budget("30B"), given={"pq_m": 8})
     assert index.info["pq_m"] == 8
