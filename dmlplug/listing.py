@@ -18,7 +18,8 @@ from pydantic.fields import FieldInfo
 
 from dmlplug.errors import ComponentError, did_you_mean
 from dmlplug.params import Params
-from dmlplug.registry import KINDS, ComponentInfo, normalize_kind, singular
+from dmlplug.protocols.kinds import KINDS
+from dmlplug.registry import ComponentInfo, normalize_kind, singular
 from dmlplug.tables import ComponentTable, table_kind
 
 

@@ -28,7 +28,8 @@ import pluggy
 
 from dmlplug import hookspecs
 from dmlplug.distributions import installed_version
-from dmlplug.registry import KINDS, Registry
+from dmlplug.protocols.kinds import KINDS
+from dmlplug.registry import Registry
 
 ENTRY_POINT_GROUP = "dmlplug"
 

@@ -15,44 +15,14 @@ from pydantic import ValidationError
 
 from dmlplug.errors import ComponentError, PluginError, RecipeError, did_you_mean
 from dmlplug.params import NoParams, Params
+from dmlplug.protocols.kinds import KIND_PROTOCOLS, KIND_TABLE, KINDS
 
 if TYPE_CHECKING:
     from dmlplug.context import BuildContext
 
-#: Component kinds, in the order they are listed; each has a ``register_<kind>`` hook.
-KINDS: tuple[str, ...] = (
-    "backbones",
-    "heads",
-    "losses",
-    "miners",
-    "regularizers",
-    "evaluators",
-    "datasets",
-    "samplers",
-    "loggers",
-    "distances",
-    "reducers",
-    "optimizers",
-    "lr_schedules",
-    "augmentations",
-)
-
-_SINGULAR = {
-    "backbone": "backbones",
-    "head": "heads",
-    "loss": "losses",
-    "miner": "miners",
-    "regularizer": "regularizers",
-    "evaluator": "evaluators",
-    "dataset": "datasets",
-    "sampler": "samplers",
-    "logger": "loggers",
-    "distance": "distances",
-    "reducer": "reducers",
-    "optimizer": "optimizers",
-    "lr_schedule": "lr_schedules",
-    "augmentation": "augmentations",
-}
+#: Component kinds, in the order they are listed; each has a ``register_<kind>`` hook (the table is
+#: :data:`dmlplug.protocols.kinds.KIND_TABLE`).
+_SINGULAR = {kind.singular: kind.name for kind in KIND_TABLE}
 
 
 def normalize_kind(kind: str) -> str:
@@ -74,7 +44,7 @@ def normalize_kind(kind: str) -> str:
 def singular(kind: str) -> str:
     """The singular noun of a kind, for messages ("loss", "miner" ...)."""
     kind = normalize_kind(kind)
-    return next(s for s, p in _SINGULAR.items() if p == kind)
+    return next(k.singular for k in KIND_TABLE if k.name == kind)
 
 
 @dataclass(frozen=True)
@@ -148,8 +118,6 @@ class ComponentInfo:
             ComponentError: The built object lacks a member its kind's Protocol requires
                 (:data:`dmlplug.protocols.KIND_PROTOCOLS`); the message names the plugin and the members.
         """
-        from dmlplug.protocols import KIND_PROTOCOLS
-
         component = self.factory(params, ctx.changed(building=self.label))
         missing = missing_members(component, KIND_PROTOCOLS[self.kind])
         if missing:

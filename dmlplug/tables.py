@@ -169,6 +169,35 @@ def validate_table(kind: str, table: ComponentTable | Mapping[str, Any], *, wher
     return ComponentTable(info, info.validate(rest, where=where or f"{singular(kind)}[{name}]", registry=registry))
 
 
+def table_from_text(text: str, *, where: str, example: str) -> dict[str, Any]:
+    """The raw table of a command-line component spec: ``"name"`` or ``"name:key=value,key=value"``.
+
+    Each value is read as by :func:`dmlplug.read_value` (TOML, else the bare text), so ``aqe:n=3,alpha=2`` gives
+    ``{"name": "aqe", "n": 3, "alpha": 2}``; :func:`validate_table` then checks it like a recipe's table. A value
+    cannot hold a comma (a TOML list belongs in a recipe).
+
+    Args:
+        text: The spec.
+        where: The option, for messages (``"--rerank"``).
+        example: A valid spec, for the fix.
+
+    Raises:
+        ComponentError: An item is not ``key=value``, or the name is missing.
+    """
+    from dmlplug.recipe.overrides import read_value
+
+    name, _, rest = text.strip().partition(":")
+    table: dict[str, Any] = {"name": name.strip()}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ComponentError(f"{text!r}: {item!r} is not key=value", where=where, fix=f"write it as {example}")
+        table[key.strip()] = read_value(value)
+    if not table["name"]:
+        raise ComponentError(f"{text!r} names no component", where=where, fix=f"write it as {example}")
+    return table
+
+
 def table_kind(annotation: Any) -> str | None:
     """The kind of a ``TableOf(kind)`` table type found in ``annotation`` (through ``X | None``, lists …)."""
     import typing

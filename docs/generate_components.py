@@ -84,7 +84,7 @@ def params_table(model: Any) -> list[str]:
 def render() -> str:
     """The whole of docs/components.md."""
     from dmlplug.plugins import PluginHost
-    from dmlplug.registry import KINDS
+    from dmlplug.protocols.kinds import KINDS
     from dmlplug_builtins.pml.catalog import REGULARIZERS
     from dmlplug_builtins.pml.introspect import regularizer_models
 

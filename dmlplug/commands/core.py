@@ -117,7 +117,7 @@ def cmd_list(
     """
     from dmlplug.listing import detail_lines, is_pattern, list_kind, matches, param_lines, summary_line
     from dmlplug.plugins import get_host
-    from dmlplug.registry import KINDS
+    from dmlplug.protocols.kinds import KINDS
 
     registry = get_host().registry
     pattern = None

@@ -42,6 +42,7 @@ from dmlplug.hookspecs.registration import (
     register_distances,
     register_evaluators,
     register_heads,
+    register_index_codecs,
     register_loggers,
     register_losses,
     register_lr_schedules,
@@ -49,7 +50,10 @@ from dmlplug.hookspecs.registration import (
     register_optimizers,
     register_reducers,
     register_regularizers,
+    register_rerankers,
     register_samplers,
+    register_tune_pruners,
+    register_tune_samplers,
 )
 
 #: Every hook, in the order of docs/hooks.md (``hookspec`` is the marker that declares one).
@@ -68,6 +72,10 @@ __all__ = [
     "register_optimizers",
     "register_lr_schedules",
     "register_augmentations",
+    "register_rerankers",
+    "register_index_codecs",
+    "register_tune_samplers",
+    "register_tune_pruners",
     "register_commands",
     "on_run_start",
     "on_epoch_start",

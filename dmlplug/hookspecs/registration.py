@@ -231,3 +231,67 @@ def register_augmentations(register: Register) -> None:
         def register_augmentations(register):
             register("randaugment", build_randaugment, params=RandAugmentParams)
     """
+
+
+@hookspec
+def register_rerankers(register: Register) -> None:
+    """Register re-ranking methods (``[evaluation] rerank = ["aqe"]``, ``dmlplug search --rerank aqe:n=3``).
+
+    The factory returns an object with ``rerank(problem, k)`` (:class:`dmlplug.protocols.Reranker`): from a
+    :class:`dmlplug.protocols.RerankProblem` (unit queries and gallery, the caller's searches) it returns every
+    query's re-ranked ``k`` gallery rows. The same component re-ranks evaluations and index searches.
+
+    Example::
+
+        @hookimpl
+        def register_rerankers(register):
+            register("mutual", build_mutual_reranker, params=MutualParams)
+    """
+
+
+@hookspec
+def register_index_codecs(register: Register) -> None:
+    """Register index codecs (``dmlplug index --codec NAME``): how a gallery's vectors are stored and searched.
+
+    The factory returns a :class:`dmlplug.protocols.IndexCodec`: it plans the index's parameters from the
+    gallery's size (those the Params give win), makes the empty faiss-like index, says how many vectors train it
+    and how many bytes a vector takes at least, and saves and loads it.
+
+    Example::
+
+        @hookimpl
+        def register_index_codecs(register):
+            register("opq", build_opq_codec, params=OpqParams)
+    """
+
+
+@hookspec
+def register_tune_samplers(register: Register) -> None:
+    """Register Optuna samplers for ``dmlplug tune`` and ``dmlplug sweep`` (``[tune] sampler = "tpe"``).
+
+    The factory reads ``ctx.seed`` (``[tune] sampler_seed``; ``None``: fresh randomness) and, if it needs the
+    searched keys, ``ctx.require("search_space")`` (key -> Optuna distribution), and returns an
+    ``optuna.samplers.BaseSampler`` (:class:`dmlplug.protocols.TuneSampler`).
+
+    Example::
+
+        @hookimpl
+        def register_tune_samplers(register):
+            register("gp", build_gp_sampler, params=GpParams)
+    """
+
+
+@hookspec
+def register_tune_pruners(register: Register) -> None:
+    """Register Optuna pruners for ``dmlplug tune`` (``[tune] pruner = "median"``).
+
+    The factory returns an ``optuna.pruners.BasePruner`` (:class:`dmlplug.protocols.TunePruner`); a trial reports
+    the running mean of its folds after every validated epoch (steps counted from 1), or after every fold with
+    ``[tune] prune_at = "fold"``.
+
+    Example::
+
+        @hookimpl
+        def register_tune_pruners(register):
+            register("hyperband", build_hyperband, params=HyperbandParams)
+    """

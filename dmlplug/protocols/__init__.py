@@ -11,7 +11,6 @@ package: together they are the whole contract between plugins and engine. The en
 from __future__ import annotations
 
 from dmlplug.protocols.components import (
-    KIND_PROTOCOLS,
     Augmentation,
     Backbone,
     BatchSampler,
@@ -32,6 +31,8 @@ from dmlplug.protocols.components import (
     Register,
     Regularizer,
 )
+from dmlplug.protocols.kinds import KIND_PROTOCOLS, KIND_TABLE, KINDS, Kind
+from dmlplug.protocols.retrieval import IndexCodec, Reranker, RerankProblem
 from dmlplug.protocols.services import (
     HasAfterOptimizerStep,
     HasEmaMomentum,
@@ -46,6 +47,7 @@ from dmlplug.protocols.services import (
     RunView,
     WritesArtifacts,
 )
+from dmlplug.protocols.tuning import TunePruner, TuneSampler
 
 __all__ = [
     "P_contra",
@@ -67,6 +69,14 @@ __all__ = [
     "Optimizer",
     "LRSchedule",
     "Augmentation",
+    "Reranker",
+    "RerankProblem",
+    "IndexCodec",
+    "TuneSampler",
+    "TunePruner",
+    "Kind",
+    "KIND_TABLE",
+    "KINDS",
     "KIND_PROTOCOLS",
     "HasOptimizerParamGroups",
     "HasAfterOptimizerStep",

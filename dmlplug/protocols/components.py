@@ -1,6 +1,6 @@
 """The contract of registration and of every component kind: ``Factory``, ``Register``, one Protocol per kind.
 
-:data:`KIND_PROTOCOLS` maps each kind to the Protocol its built components are checked against.
+:mod:`dmlplug.protocols.kinds` maps each kind to its Protocol.
 """
 
 from __future__ import annotations
@@ -214,11 +214,3 @@ class Augmentation(Protocol):
 
     def __call__(self, image: Any) -> Any:
         """Return the augmented, normalised image tensor."""
-
-
-#: The Protocol every built component of a kind is checked against when it is built.
-KIND_PROTOCOLS: dict[str, type] = {
-    "backbones": Backbone, "heads": Head, "losses": Loss, "miners": Miner, "regularizers": Regularizer,
-    "evaluators": Evaluator, "datasets": Dataset, "samplers": BatchSampler, "loggers": Logger, "distances": Distance,
-    "reducers": Reducer, "optimizers": Optimizer, "lr_schedules": LRSchedule, "augmentations": Augmentation,
-}

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from dmlplug.registry import KINDS, normalize_kind
+from dmlplug.protocols.kinds import KINDS
+from dmlplug.registry import normalize_kind
 from dmlplug.testing.datasets import check_dataset
 from dmlplug.testing.evaluators import check_evaluator
 from dmlplug.testing.fixtures import expect, load_host, plugin_name

@@ -14,7 +14,7 @@ from dmlplug.cli import main
 from dmlplug.errors import RecipeError
 from dmlplug.listing import type_name
 from dmlplug.plugins import get_host
-from dmlplug.registry import KINDS
+from dmlplug.protocols.kinds import KINDS
 
 
 def run_list(capsys, *args):

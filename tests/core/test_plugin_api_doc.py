@@ -172,7 +172,7 @@ def test_the_requirement_vocabulary_covers_the_engine_services():
 
 def test_every_requirement_of_a_builtin_is_in_the_vocabulary():
     from dmlplug.plugins import PluginHost
-    from dmlplug.registry import KINDS
+    from dmlplug.protocols.kinds import KINDS
 
     requirements, tags = _vocabulary()
     host = PluginHost().load(entry_points=False)
