@@ -51,14 +51,16 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.optim",
     "dmlplug_builtins.augmentations",
     "dmlplug_builtins.tune",
+    "dmlplug_builtins.rerank",
+    "dmlplug_builtins.codecs",
 )
 
 #: Built-ins that the recipe defaults name (``[head] name = "linear"``, ``[data.sampler] m_per_class``, the
 #: default evaluators and loggers, ``[optimizer] name = "adam"`` and ``[scheduler] name = "none"``, the datasets'
-#: default augmentation): like pytest's essential plugins they cannot be disabled, so no default names a
-#: component that is not there.
+#: default augmentation, ``dmlplug index``'s default codec ``float32``): like pytest's essential plugins they
+#: cannot be disabled, so no default names a component that is not there.
 ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"heads", "samplers", "evaluators", "loggers", "optim",
-                                               "augmentations"})
+                                               "augmentations", "codecs"})
 
 
 @dataclass
