@@ -110,7 +110,7 @@ def worker(kind: str, data: Path, queries: int, budget_mb: float | None, threads
         import torch
 
         from dmlplug.evaluation import EvalContext, run_evaluators
-        from dmlplug.evaluation.retrieval import RetrievalEvaluator
+        from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
         options = {}
         if queries:

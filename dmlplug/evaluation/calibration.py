@@ -260,18 +260,20 @@ def _spread(accepted: np.ndarray, class_pairs: np.ndarray, labels: np.ndarray) -
 # ------------------------------------------------------------------------------------------- helpers
 def _opis(x: np.ndarray, y: np.ndarray, options: dict[str, Any], seed: int,
           budget_mb: float) -> dict[str, float | None]:
-    """OPIS and ε-OPIS by the ``opis`` evaluator's own code, on the embeddings as given (like a run's evaluation).
+    """OPIS and ε-OPIS by the code the ``opis`` evaluator runs, on the embeddings as given (like a run's evaluation).
 
     An undefined (NaN) value is None.
     """
     from dmlplug.evaluation.context import EvalContext
-    from dmlplug.evaluation.opis import OpisEvaluator
+    from dmlplug.evaluation.opis import context_curves, opis_metrics
 
-    evaluator = OpisEvaluator(["opis", "eps_opis"], dict(options["pairs"]), options["grid_size"],
-                              options["far_range"], options["distance_range"], options["kind"],
-                              options["epsilon"], options["pooling"])
     eval_context = EvalContext(x, y, backend="torch", memory_budget_mb=budget_mb, seed=seed)
-    return {k: (None if math.isnan(v) else float(v)) for k, v in evaluator.evaluate(eval_context).items()}
+    curve_options = {"grid_size": options["grid_size"], "far_range": tuple(options["far_range"]),
+                     "distance_range": tuple(options["distance_range"]) if options["distance_range"] else None,
+                     "kind": options["kind"]}
+    curves = context_curves(eval_context, dict(options["pairs"]), curve_options)
+    values = opis_metrics(curves, ["opis", "eps_opis"], options["epsilon"], options["pooling"])
+    return {k: (None if math.isnan(v) else float(v)) for k, v in values.items()}
 
 
 def _check_inputs(embeddings: Any, labels: Any, far_targets: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

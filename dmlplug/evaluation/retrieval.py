@@ -1,4 +1,4 @@
-"""Retrieval metrics from the shared kNN graph: recall@k, MAP@R, R-precision, mAP@k and mAP@C.
+"""Per-query retrieval metrics from the shared kNN graph: recall@k, MAP@R, R-precision, mAP@k and mAP@C.
 
 All metrics are per-query values averaged over the kept (non-lone) queries, or per class first
 (``average="classes"``, PML's ``avg_of_avgs``). Notation: ``rel_i`` is the relevance of the i-th
@@ -9,13 +9,14 @@ neighbour, ``P(i)`` the precision among the first i, ``R`` the number of relevan
 * ``map@K`` (standard, = PML ``mean_average_precision`` with k=K): ``Σ_{i≤K} P(i)·rel_i / R``;
   ``map@K_revisiting`` divides by ``R+1`` (class size including the query) as the Revisiting-DML code does.
 * ``map@c`` / ``map@c_revisiting``: the same with the cut-off ``R+1`` (the class size).
+
+The evaluators that average them are the built-in plugin's (``dmlplug_builtins.evaluators.retrieval``); the
+per-query values are the host's, because the worst-query pictures rank queries by them too.
 """
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ def per_query_metrics(eval_context: EvalContext, specs: Sequence[tuple[str, Any]
     todo = [s for s in specs if ("per_query", s) not in eval_context.cache]
     if todo:
         for s in todo:
-            eval_context.request_k(_spec_k(eval_context, s))
+            eval_context.request_k(spec_depth(eval_context, s))
         hits = eval_context.hits()
         relevant = eval_context.relevant[eval_context.knn_queries].astype(np.float64)
         out = {s: np.empty(len(relevant)) for s in todo}
@@ -58,7 +59,7 @@ def per_query_metrics(eval_context: EvalContext, specs: Sequence[tuple[str, Any]
     return {spec_key(s): eval_context.cache[("per_query", s)] for s in specs}
 
 
-def _spec_k(eval_context: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:
+def spec_depth(eval_context: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:
     """Exact neighbours a metric needs: one int, or one per kept query (R_q for MAP@R)."""
     kind, arg = spec
     if kind == "recall":
@@ -106,54 +107,3 @@ def spec_key(spec: tuple[str, Any]) -> str:
     if kind == "map_c":
         return "map@c" + ("" if arg == "standard" else "_revisiting")
     raise ValueError(f"unknown retrieval metric {kind!r}")
-
-
-class RetrievalEvaluator:
-    """Evaluator for a fixed list of retrieval metric specs (shared by every retrieval plugin).
-
-    Args:
-        specs: Metric specs (see :func:`per_query_metrics`).
-        average: ``"queries"`` (mean over kept queries) or ``"classes"`` (mean of per-class means).
-        per_class: Write a per-class CSV of every metric with :meth:`write_artifacts`.
-        name: Evaluator name, used in artifact file names.
-    """
-
-    def __init__(self, specs: Sequence[tuple[str, Any]], *, average: str = "queries",
-                 per_class: bool = False, name: str = "retrieval"):
-        self.specs = list(specs)
-        self.average = average
-        self.per_class = per_class
-        self.name = name
-
-    def required_k(self, eval_context: EvalContext) -> np.ndarray:
-        """Neighbours this evaluator needs per kept query, so the shared graph is searched only once."""
-        need = np.zeros(len(eval_context.knn_queries), dtype=np.int64)
-        for spec in self.specs:
-            need = np.maximum(need, _spec_k(eval_context, spec))
-        return need
-
-    def evaluate(self, eval_context: EvalContext) -> dict[str, float]:
-        """Averaged metric values; NaN when no query has a relevant gallery item."""
-        if len(eval_context.knn_queries) == 0:
-            return {spec_key(s): float("nan") for s in self.specs}
-        values = per_query_metrics(eval_context, self.specs)
-        if self.average == "classes":
-            return {key: float(np.mean(list(eval_context.per_class_mean(v).values()))) for key, v in values.items()}
-        return {key: float(v.mean()) for key, v in values.items()}
-
-    def write_artifacts(self, eval_context: EvalContext, directory: Path) -> list[Path]:
-        """Per-class CSV (``<name>_per_class.csv``: class, queries, one column per metric) when asked."""
-        if not self.per_class or len(eval_context.knn_queries) == 0:
-            return []
-        values = per_query_metrics(eval_context, self.specs)
-        per_class = {key: eval_context.per_class_mean(v) for key, v in values.items()}
-        labels = eval_context.query_labels[eval_context.knn_queries]
-        classes, counts = np.unique(labels, return_counts=True)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{self.name}_per_class.csv"
-        with path.open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["class", "queries", *per_class])
-            for c, n in zip(classes, counts, strict=False):
-                writer.writerow([int(c), int(n), *(f"{per_class[k][int(c)]:.6f}" for k in per_class)])
-        return [path]

@@ -229,7 +229,7 @@ class StructureParams(Params):
 
 
 def _retrieval(specs: list[tuple[str, Any]], params: Any, name: str) -> Any:
-    from dmlplug.evaluation.retrieval import RetrievalEvaluator
+    from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
     return RetrievalEvaluator(specs, average=params.average, per_class=params.per_class, name=name)
 
@@ -266,7 +266,7 @@ def build_retrieval(params: RetrievalParams, ctx: BuildContext) -> Any:
 
 
 def _clustering(metric: str, params: ClusteringParams) -> Any:
-    from dmlplug.evaluation.clustering import ClusteringEvaluator
+    from dmlplug_builtins.evaluators.clustering import ClusteringEvaluator
 
     evaluator = ClusteringEvaluator([metric], params.iterations, params.average_method)
     evaluator.name = metric
@@ -290,7 +290,7 @@ def build_f1(params: F1Params, ctx: BuildContext) -> Any:
 
 def build_verification(params: VerificationParams, ctx: BuildContext) -> Any:
     """TAR@FAR, EER and ROC."""
-    from dmlplug.evaluation.verification import VerificationEvaluator
+    from dmlplug_builtins.evaluators.verification import VerificationEvaluator
 
     evaluator = VerificationEvaluator(params.fars, params.pair_options(), params.roc_points)
     evaluator.name = "verification"
@@ -298,7 +298,7 @@ def build_verification(params: VerificationParams, ctx: BuildContext) -> Any:
 
 
 def _opis(metric: str, params: OpisParams, epsilon: float = 0.1, pooling: str = "average") -> Any:
-    from dmlplug.evaluation.opis import OpisEvaluator
+    from dmlplug_builtins.evaluators.opis import OpisEvaluator
 
     evaluator = OpisEvaluator([metric], params.pair_options(), params.grid_size, params.far_range,
                               params.distance_range, params.utility, epsilon, pooling)
@@ -318,7 +318,7 @@ def build_eps_opis(params: EpsOpisParams, ctx: BuildContext) -> Any:
 
 def build_structure(params: StructureParams, ctx: BuildContext) -> Any:
     """Structure metrics."""
-    from dmlplug.evaluation.structure import StructureEvaluator
+    from dmlplug_builtins.evaluators.structure import StructureEvaluator
 
     evaluator = StructureEvaluator(params.rho, params.uniformity_t, params.uniformity_log, params.max_pairs)
     evaluator.name = "structure"

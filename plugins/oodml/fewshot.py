@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from dmlplug_builtins.oodml.splitfile import Episodes
 
-#: Metrics reported per episode (keys of :class:`dmlplug.evaluation.retrieval.RetrievalEvaluator`).
+#: Metrics reported per episode (keys of :class:`dmlplug_builtins.evaluators.retrieval.RetrievalEvaluator`).
 METRIC_SPECS: tuple[tuple[str, Any], ...] = (
     ("recall", 1), ("map_k", (1000, "standard")), ("map_k", (1000, "revisiting")),
 )
@@ -101,7 +101,7 @@ def retrieval_metrics(embeddings: np.ndarray, labels: np.ndarray, *, backend: st
                       seed: int = 0) -> dict[str, float]:
     """recall@1, map@1000 and map@1000_revisiting of a leave-one-out evaluation (shared EvalContext)."""
     from dmlplug.evaluation import EvalContext, run_evaluators
-    from dmlplug.evaluation.retrieval import RetrievalEvaluator
+    from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
     eval_context = EvalContext(embeddings, labels, backend=backend, seed=seed)
     metrics = run_evaluators([RetrievalEvaluator(list(METRIC_SPECS), name="fewshot")], eval_context)

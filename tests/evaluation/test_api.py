@@ -150,8 +150,9 @@ def test_cli_bad_input_is_a_user_error(tmp_path):
 
 def test_plugin_and_evaluation_package_do_not_import_torch():
     code = ("import sys, dmlplug_builtins.evaluators, dmlplug.evaluation, dmlplug.evaluation.api, "
-            "dmlplug.evaluation.opis, dmlplug.evaluation.structure, dmlplug.evaluation.verification, "
-            "dmlplug.evaluation.clustering; print('torch' in sys.modules)")
+            "dmlplug.evaluation.opis, dmlplug_builtins.evaluators.structure, dmlplug_builtins.evaluators.verification, "
+            "dmlplug_builtins.evaluators.clustering, dmlplug_builtins.evaluators.opis, "
+            "dmlplug_builtins.evaluators.retrieval; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -6,7 +6,7 @@ from eval_helpers import clustered
 from sklearn.metrics import normalized_mutual_info_score
 
 from dmlplug.evaluation import EvalContext, run_evaluators
-from dmlplug.evaluation.clustering import ClusteringEvaluator, kmeans_assignments, pair_counting_f1
+from dmlplug_builtins.evaluators.clustering import ClusteringEvaluator, kmeans_assignments, pair_counting_f1
 
 
 def test_nmi_and_f1_oracle_methods_7_2():

@@ -11,7 +11,7 @@ from test_knn import _tied_set
 
 from dmlplug.evaluation import EvalContext, run_evaluators
 from dmlplug.evaluation.knn import exact_knn
-from dmlplug.evaluation.retrieval import RetrievalEvaluator
+from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
 SPECS = [("recall", 1), ("recall", 2), ("map_r", None), ("r_precision", None), ("map_c", "standard")]
 

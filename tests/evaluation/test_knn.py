@@ -103,7 +103,7 @@ def test_per_query_depth_is_exact_up_to_that_depth(backend):
 def test_map_at_r_requests_r_per_query():
     x, y = clustered(20, (2, 9), 8, 0.9, seed=9)
     from dmlplug.evaluation import run_evaluators
-    from dmlplug.evaluation.retrieval import RetrievalEvaluator
+    from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
     ctx = EvalContext(x, y)
     run_evaluators([RetrievalEvaluator([("recall", 2), ("map_r", None)])], ctx)

@@ -115,7 +115,7 @@ def test_per_query_depth_through_the_symmetric_path(small_blocks):
 
 def test_metrics_equal_the_torch_backend_and_the_plain_faiss_path(small_blocks, monkeypatch):
     from dmlplug.evaluation import run_evaluators
-    from dmlplug.evaluation.retrieval import RetrievalEvaluator
+    from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
     x, y = _tied_set(seed=2)
     spec = [("recall", 1), ("recall", 4), ("map_r", None), ("r_precision", None)]

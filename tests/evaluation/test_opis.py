@@ -7,8 +7,9 @@ from scipy.special import erf
 from scipy.stats import norm
 
 from dmlplug.evaluation import EvalContext, run_evaluators
-from dmlplug.evaluation.opis import OpisEvaluator, eps_opis_value, opis_value, utility, utility_curves
+from dmlplug.evaluation.opis import eps_opis_value, opis_value, utility, utility_curves
 from dmlplug.evaluation.pairs import PairSet
+from dmlplug_builtins.evaluators.opis import OpisEvaluator
 
 M = 20000
 UNIFORM = 2.0 * (np.arange(M) + 0.5) / M  # evenly spread "uniform on [0, 2]" distances

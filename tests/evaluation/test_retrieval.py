@@ -5,7 +5,7 @@ from eval_helpers import brute_knn, brute_retrieval, clustered
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from dmlplug.evaluation import EvalContext, run_evaluators
-from dmlplug.evaluation.retrieval import RetrievalEvaluator
+from dmlplug_builtins.evaluators.retrieval import RetrievalEvaluator
 
 ALL_SPECS = [("recall", 1), ("recall", 2), ("map_r", None), ("r_precision", None),
              ("map_k", (1000, "standard")), ("map_k", (1000, "revisiting")),

@@ -5,7 +5,7 @@ import pytest
 from eval_helpers import clustered
 
 from dmlplug.evaluation import EvalContext, run_evaluators
-from dmlplug.evaluation.structure import (
+from dmlplug_builtins.evaluators.structure import (
     StructureEvaluator,
     density_metrics,
     singular_values,

@@ -4,7 +4,7 @@ from eval_helpers import clustered
 
 from dmlplug.evaluation import EvalContext, run_evaluators
 from dmlplug.evaluation.pairs import get_pairs
-from dmlplug.evaluation.verification import VerificationEvaluator, equal_error_rate, roc_curve, tar_at_far
+from dmlplug_builtins.evaluators.verification import VerificationEvaluator, equal_error_rate, roc_curve, tar_at_far
 
 
 def brute_tar(pos, neg, far):

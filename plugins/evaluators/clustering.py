@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlplug.evaluation.context import EvalContext
+from dmlplug.evaluation import EvalContext
 
 
 def kmeans_assignments(eval_context: EvalContext, iterations: int = 20) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlplug.evaluation.context import EvalContext
+from dmlplug.evaluation import EvalContext
 
 
 def spectral_decay(singular_values: np.ndarray, m: int = 1) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlplug.evaluation.context import EvalContext
+from dmlplug.evaluation import EvalContext
 from dmlplug.evaluation.pairs import get_pairs
 
 
