@@ -53,9 +53,10 @@ def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **opti
 
 def validate(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -> Any:
     """Parse and validate a recipe without building anything; returns the validated recipe."""
+    from dmlplug.plugins import get_host
     from dmlplug.recipe import load_recipe
 
-    return load_recipe(recipe, overrides=overrides)
+    return load_recipe(recipe, overrides=overrides, registry=get_host().registry)
 
 
 def read_value(text: str) -> Any:

@@ -12,7 +12,7 @@ A ``Params`` field holding a nested table is annotated ``Annotated[ComponentTabl
         loss: Annotated[ComponentTable, TableOf("losses")] = Field(default=default_table("contrastive"))
 
 The table is validated against the registry that validates the recipe (handed down by the host as
-pydantic validation context), or the process-wide plugin host's outside a recipe; ``dmlplug list`` shows
+pydantic validation context; without one it is an error, never another registry); ``dmlplug list`` shows
 the field as a ``loss table`` and lists every component of the kind.
 """
 
@@ -133,15 +133,16 @@ def default_table(name: str, **params: Any) -> Any:
 
 
 def validate_table(kind: str, table: ComponentTable | Mapping[str, Any], *, where: str | None = None,
-                   registry: Registry | None = None) -> ComponentTable:
+                   registry: Registry | None) -> ComponentTable:
     """Validate ``{"name": ..., **params}`` as a component of ``kind``.
 
     Args:
         kind: Component kind, singular or plural.
         table: The raw table, or an already validated :class:`ComponentTable` (returned as it is).
         where: Recipe location for messages (default ``"<kind>[<name>]"``).
-        registry: Where the name is looked up and nested tables validated (default: the process-wide
-            plugin host's).
+        registry: Where the name is looked up and nested tables validated: the recipe's, the command's or the
+            context's. ``None`` (a model validated without ``context={"registry": ...}``) is an error, so that no
+            table is ever resolved in another registry than the one the caller works with.
 
     Raises:
         ComponentError: The table is not a table, has no ``name``, names no registered component, or is a
@@ -161,9 +162,10 @@ def validate_table(kind: str, table: ComponentTable | Mapping[str, Any], *, wher
         raise ComponentError(f"a {singular(kind)} table needs a `name`", where=where or singular(kind),
                              fix='e.g. {name = "..."}' + f" (see `dmlplug list {kind}`)")
     if registry is None:
-        from dmlplug.plugins import get_host
-
-        registry = get_host().registry
+        raise ComponentError(f"the {singular(kind)} table {name!r} is validated without a registry",
+                             where=where or f"{singular(kind)}[{name}]",
+                             fix="validate the model with context={'registry': host.registry} (dmlplug.create and "
+                                 "recipes do), or call validate_table(..., registry=host.registry)")
     info = registry.get(kind, name)
     rest = {k: v for k, v in table.items() if k != "name"}
     return ComponentTable(info, info.validate(rest, where=where or f"{singular(kind)}[{name}]", registry=registry))

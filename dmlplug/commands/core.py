@@ -71,7 +71,7 @@ def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
     if claimed:
         typer.echo(f"{recipe}: OK ({'; '.join(claimed)})")
         return
-    validated = load_recipe(recipe, set_ or [])
+    validated = load_recipe(recipe, set_ or [], registry=get_host().registry)
     if show:
         typer.echo(validated.dumps())
     typer.echo(f"{recipe}: OK")

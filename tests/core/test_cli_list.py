@@ -57,11 +57,12 @@ def test_distances_and_reducers_are_listed(capsys, kind, expected):
 def test_listed_nested_names_are_exactly_those_a_recipe_accepts(capsys, kind, field):
     """Every listed name validates as a nested table of a loss; a name that is not listed does not."""
     _, out, _ = run_list(capsys, kind)
-    contrastive = get_host().registry.get("losses", "contrastive")
+    registry = get_host().registry
+    contrastive = registry.get("losses", "contrastive")
     for name in listed_names(out, kind):
-        contrastive.validate({field: {"name": name}}, where="loss")
+        contrastive.validate({field: {"name": name}}, where="loss", registry=registry)
     with pytest.raises(RecipeError):
-        contrastive.validate({field: {"name": "not_a_" + field}}, where="loss")
+        contrastive.validate({field: {"name": "not_a_" + field}}, where="loss", registry=registry)
 
 
 def test_listing_everything_covers_every_kind(capsys):

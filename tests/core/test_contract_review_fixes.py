@@ -13,9 +13,9 @@ import dmlplug
 from dmlplug import BuildContext, Params
 from dmlplug.errors import ComponentError, RecipeError
 from dmlplug.plugins import PluginHost
-from dmlplug.recipe import load_recipe
 from dmlplug.registry import Registry
 from dmlplug.testing import ContractError, check_lr_schedule, check_regularizer, load_host
+from tests.shared.recipes import load_recipe
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.toml"
 

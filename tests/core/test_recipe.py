@@ -3,8 +3,8 @@ from pydantic import Field, model_validator
 
 from dmlplug import Params
 from dmlplug.errors import ComponentError, RecipeError
-from dmlplug.recipe import load_recipe
 from dmlplug.registry import Registry
+from tests.shared.recipes import load_recipe
 
 
 class P(Params):

@@ -10,7 +10,7 @@ import dmlplug.plugins
 from dmlplug import Params
 from dmlplug.errors import RecipeError
 from dmlplug.plugins import PluginHost
-from dmlplug.recipe import load_recipe
+from tests.shared.recipes import load_recipe
 
 
 class _NoHost:

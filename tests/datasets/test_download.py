@@ -348,7 +348,7 @@ def test_a_recipe_with_download_true_fetches_the_dataset_before_it_is_built(cub,
     from dmlplug.engine import build as engine
     from dmlplug.errors import DataError
     from dmlplug.plugins import get_host
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     def recipe(root):
         return load_recipe({"data": {"dataset": {"name": "cub200", "root": str(root), "download": True,

@@ -93,8 +93,8 @@ def test_a_run_refuses_the_split_before_the_sampler_and_the_model(monkeypatch):
     import types
 
     from dmlplug.engine import build as engine
-    from dmlplug.recipe import load_recipe
     from dmlplug.testing import load_host
+    from tests.shared.recipes import load_recipe
 
     plugin = types.ModuleType("few_datasets")
     plugin.register_datasets = register_datasets
@@ -113,8 +113,8 @@ def test_a_run_refuses_the_split_before_the_sampler_and_the_model(monkeypatch):
 
 def test_the_recipes_class_lists_are_checked_and_named():
     from dmlplug.engine import build as engine
-    from dmlplug.recipe import load_recipe
     from dmlplug.testing import load_host
+    from tests.shared.recipes import load_recipe
 
     @hookimpl
     def register_one_image_class(register):

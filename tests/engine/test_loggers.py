@@ -85,7 +85,7 @@ def test_flatten_hparams():
     ("record_keeper", "tensorboard", "pip install tensorboard"),
 ])
 def test_missing_logger_package_fails_at_validation(monkeypatch, logger, missing, fix):
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
@@ -97,7 +97,7 @@ def test_missing_logger_package_fails_at_validation(monkeypatch, logger, missing
 
 
 def test_record_keeper_without_tensorboard_does_not_need_it(monkeypatch):
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))

@@ -118,7 +118,7 @@ def test_register_distances(metric_host, metric_plugin):
 
 @pytest.mark.hook("register_distances")
 def test_a_registered_distance_is_used_by_pml_losses_and_miners_from_a_recipe(metric_host, metric_plugin):
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     recipe = _recipe({"name": "contrastive", "distance": {"name": "hooks_chebyshev_alias", "scale": 0.5}},
                      {"name": "batch_hard", "distance": {"name": "hooks_chebyshev"}})
@@ -153,7 +153,7 @@ def test_register_reducers(metric_host, metric_plugin):
 
 @pytest.mark.hook("register_reducers")
 def test_a_registered_reducer_is_used_by_a_pml_loss_from_a_recipe(metric_host):
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     recipe = _recipe({"name": "triplet_margin", "reducer": {"name": "hooks_max_alias"}})
     loss = load_recipe(recipe, registry=metric_host.registry).components["loss"].build(_context(metric_host))

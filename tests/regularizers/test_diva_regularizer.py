@@ -12,9 +12,9 @@ from torch import nn
 import dmlplug
 from dmlplug.engine.model import EmbeddingModel
 from dmlplug.errors import ComponentError, RecipeError, RunError
-from dmlplug.recipe import load_recipe
 from dmlplug.step import StepOutput
 from dmlplug_builtins.diva.terms import decorrelation, momentum_contrast_loss
+from tests.shared.recipes import load_recipe
 
 HEADS = {"discriminative": 8, "shared": 6, "selfsimilarity": 5, "intra": 7}
 

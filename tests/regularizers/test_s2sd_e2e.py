@@ -31,7 +31,7 @@ def test_glyphs_s2sd_recipe_learns_end_to_end(tmp_path):
 def test_cub_s2sd_recipe_validates_with_the_reference_settings():
     proc = run_cli("validate", ROOT / "recipes" / "cub_s2sd.toml", env={"DMLPLUG_DATA": "/nonexistent"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     recipe = load_recipe(ROOT / "recipes" / "cub_s2sd.toml", environ={"DMLPLUG_DATA": "/data"})
     params = recipe.components["regularizers[0]"].params

@@ -202,7 +202,7 @@ def _recipe(regularizer: dict | None, loss: dict | None = None) -> dict:
 def _built_run(raw, tmp_path):
     from dmlplug.engine.run import Run
     from dmlplug.plugins import get_host
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     host = get_host()
     run = Run(load_recipe(raw, registry=host.registry), tmp_path, host, "cpu", quiet=True)
@@ -241,7 +241,7 @@ def test_test_time_model_is_unchanged_by_s2sd(tmp_path):
 
 def test_validate_rejects_pool_aggr_on_a_backbone_without_feature_map():
     from dmlplug.errors import RecipeError
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     raw = _recipe({"name": "s2sd", "pool_aggr": True})
     load_recipe(raw)

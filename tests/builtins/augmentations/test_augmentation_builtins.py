@@ -49,7 +49,7 @@ def test_registered_policies_augment_exactly_as_before(policy, size):
 
 
 def _recipe(augment, resize_size=None):
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     data = {"dataset": {"name": "glyphs"}, "image_size": 32, "augment": augment}
     if resize_size is not None:

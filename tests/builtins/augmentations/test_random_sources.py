@@ -90,7 +90,7 @@ def test_unknown_sources_are_refused():
 def test_the_engine_seeds_what_the_recipes_policy_declares(tmp_path):
     from dmlplug.engine.run import Run
     from dmlplug.plugins import get_host
-    from dmlplug.recipe import load_recipe
+    from tests.shared.recipes import load_recipe
 
     host = get_host()
     recipe = load_recipe("recipes/quickstart.toml", {"data.dataset.num_classes": 40, "data.workers": 0},

@@ -122,25 +122,32 @@ def test_nested_tables_resolve_in_the_registry_that_validates_them(seeded):
     assert loss(embeddings, labels).item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_without_a_registry_nested_tables_resolve_in_the_process_wide_host():
-    # A bare model_validate (no validation context) validates against the plugin host of the process.
-    params = MultipleLossesParams.model_validate({"losses": [{"name": "contrastive_loss", "pos_margin": 0.1}]})
+def test_without_a_registry_a_nested_table_is_a_clear_error_not_another_registry():
+    # A bare model_validate (no validation context) has no registry to resolve names in: no process-wide fallback.
+    with pytest.raises(ValidationError, match="validated without a registry"):
+        MultipleLossesParams.model_validate({"losses": [{"name": "contrastive_loss", "pos_margin": 0.1}]})
+    registry = load_host().registry
+    params = MultipleLossesParams.model_validate({"losses": [{"name": "contrastive_loss", "pos_margin": 0.1}]},
+                                                 context={"registry": registry})
     (table,) = params.losses
     assert isinstance(table, ComponentTable) and table.name == "contrastive" and table.params.pos_margin == 0.1
     with pytest.raises(ValidationError, match="not_registered_anywhere"):
-        MultipleLossesParams.model_validate({"losses": [{"name": "not_registered_anywhere"}]})
+        MultipleLossesParams.model_validate({"losses": [{"name": "not_registered_anywhere"}]},
+                                            context={"registry": registry})
     with pytest.raises(ValidationError, match="needs a `name`"):
         MultipleLossesParams.model_validate({"losses": [{"margin": 0.1}]})
 
 
 def test_nested_tables_dump_back_to_canonical_recipe_tables():
-    info = load_host().registry.get("losses", "contrastive")
+    registry = load_host().registry
+    info = registry.get("losses", "contrastive")
     params = info.validate({"distance": {"name": "cosine"}, "reducer": {"name": "per_anchor_reducer",
-                                                                       "reducer": {"name": "sum"}}}, where="loss")
+                                                                       "reducer": {"name": "sum"}}}, where="loss",
+                           registry=registry)
     dumped = params.model_dump()
     assert dumped["distance"] == {"name": "cosine_similarity", "power": 1.0}
     assert dumped["reducer"] == {"name": "per_anchor", "reducer": {"name": "sum"}}
-    assert info.validate({k: v for k, v in dumped.items() if v is not None}, where="loss") == params
+    assert info.validate({k: v for k, v in dumped.items() if v is not None}, where="loss", registry=registry) == params
 
 
 def test_composite_reducers_nest_any_reducer(seeded):

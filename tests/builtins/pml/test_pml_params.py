@@ -26,9 +26,9 @@ def test_unknown_and_mistyped_keys_are_recipe_errors():
     with pytest.raises(RecipeError, match="num_classes"):
         info.validate({"num_classes": 10}, where="loss")  # comes from the context, never the recipe
     with pytest.raises(RecipeError, match=r"loss\.distance"):
-        info.validate({"distance": {"name": "cosinus"}}, where="loss")
+        info.validate({"distance": {"name": "cosinus"}}, where="loss", registry=HOST.registry)
     with pytest.raises(RecipeError, match="powr"):
-        info.validate({"distance": {"name": "cosine", "powr": 2}}, where="loss")
+        info.validate({"distance": {"name": "cosine", "powr": 2}}, where="loss", registry=HOST.registry)
 
 
 def test_nested_distance_and_reducer_tables_reach_the_pml_object():
