@@ -155,9 +155,10 @@ def cmd_report(
                                                      "default: those every run reports).")] = None,
 ) -> None:
     """Compare runs: final and best metrics (mean ± std over seeds), learning curves, metric vs FID."""
+    from dmlplug.plugins import get_host
     from dmlplug.report import write_report
 
-    _, text = write_report(runs, out, csv_path=csv_path, metrics=metric or None)
+    _, text = write_report(runs, out, host=get_host(), csv_path=csv_path, metrics=metric or None)
     typer.echo(text if out is None else f"report written to {out}")
 
 

@@ -29,12 +29,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmlplug.evaluation.formatting import format_mean_spread
 from dmlplug.protocols import ReportSection
 from dmlplug.report import pictures as _pictures
 from dmlplug.report.runs import Group, RunRecord, choose_metrics, find_runs, group_runs, read_run
+
+if TYPE_CHECKING:
+    from dmlplug.plugins import PluginHost
 
 __all__ = ["Group", "Report", "RunRecord", "build_report", "choose_metrics", "find_runs", "group_runs",
            "plugin_sections", "read_run", "write_report"]
@@ -155,26 +158,27 @@ def _num(value: float) -> str:
     return "" if math.isnan(value) else repr(float(value))
 
 
-def plugin_sections(groups: Sequence[Group], metrics: Sequence[str], figure_dir: Path | None) -> list[ReportSection]:
+def plugin_sections(groups: Sequence[Group], metrics: Sequence[str], figure_dir: Path | None,
+                    host: PluginHost) -> list[ReportSection]:
     """The sections the plugins' ``report_section`` hooks return, in plugin registration order.
 
     Each plugin is called on its own: one that fails adds a section saying so, and the report goes on.
     """
-    from dmlplug.plugins import get_host
-
     arguments = {"groups": list(groups), "metrics": list(metrics), "figure_dir": figure_dir}
 
     def failed(plugin: str, exc: Exception) -> ReportSection:
         # A plugin's bug must not take the whole report down: its section says what went wrong.
         return ReportSection(f"{plugin} (failed)", markdown=f"`{type(exc).__name__}: {exc}`")
 
-    results = get_host().call_each("report_section", lambda plugin: arguments, on_error=failed)
+    results = host.call_each("report_section", lambda plugin: arguments, on_error=failed)
     return [section for _, section in results if section is not None]
 
 
-def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None = None,
+def build_report(paths: Sequence[str | Path], *, host: PluginHost, metrics: Sequence[str] | None = None,
                  figure_dir: Path | None = None) -> Report:
     """Read the runs, group them, and (with ``figure_dir``) draw the PNG figures.
+
+    ``host`` (the command's plugin host) gives the components' defaults and the plugins' report sections.
 
     Raises:
         DataError: No run found, unreadable runs, or an unknown metric.
@@ -182,9 +186,9 @@ def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None =
     from dmlplug.report.figures import learning_curves, loss_curves, save, slug
 
     runs = [read_run(d) for d in find_runs(paths)]
-    groups = group_runs(runs)
+    groups = group_runs(runs, host.registry)
     chosen = choose_metrics(groups, metrics)
-    report = Report(groups, chosen, sections=plugin_sections(groups, chosen, figure_dir))
+    report = Report(groups, chosen, sections=plugin_sections(groups, chosen, figure_dir, host))
     report.pictures, report.pictures_left_out = _pictures.collect(groups)
     if figure_dir is not None:
         for metric in chosen[:6]:
@@ -196,8 +200,8 @@ def build_report(paths: Sequence[str | Path], *, metrics: Sequence[str] | None =
     return report
 
 
-def write_report(paths: Sequence[str | Path], out: Path | None = None, *, csv_path: Path | None = None,
-                 metrics: Sequence[str] | None = None) -> tuple[Report, str]:
+def write_report(paths: Sequence[str | Path], out: Path | None = None, *, host: PluginHost,
+                 csv_path: Path | None = None, metrics: Sequence[str] | None = None) -> tuple[Report, str]:
     """Build the report and write its files; returns the report and its Markdown.
 
     With ``out``: the Markdown goes to ``out``, the figures to ``<out stem>_figures/`` and the CSV table to
@@ -206,7 +210,7 @@ def write_report(paths: Sequence[str | Path], out: Path | None = None, *, csv_pa
     from dmlplug.files import write_text
 
     figure_dir = out.parent / f"{out.stem}_figures" if out is not None else None
-    report = build_report(paths, metrics=metrics, figure_dir=figure_dir)
+    report = build_report(paths, host=host, metrics=metrics, figure_dir=figure_dir)
     text = report.markdown(relative_to=out.parent if out is not None else None)
     if out is not None:
         write_text(out, text)

@@ -17,7 +17,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dmlplug.registry import Registry
 
 #: How an unset value (a key absent from a resolved recipe: ``None`` is not written to TOML) is shown.
 UNSET = "none"
@@ -29,14 +32,15 @@ def differing_keys(flats: Sequence[dict[str, Any]]) -> list[str]:
     return sorted(k for k in keys if len({_canon(flat.get(k)) for flat in flats}) > 1)
 
 
-def label_keys(flats: Sequence[dict[str, Any]]) -> list[list[str]]:
+def label_keys(flats: Sequence[dict[str, Any]], registry: Registry) -> list[list[str]]:
     """The keys to show in the label of each group with these flattened recipes (see the module docstring).
 
     Every label shows the keys that meaningfully differ; groups whose labels would still read the same also show
-    the left-out keys that tell them apart (only they: the other labels stay short).
+    the left-out keys that tell them apart (only they: the other labels stay short). ``registry`` gives the
+    defaults of the components' keys.
     """
     keys = differing_keys(flats)
-    shown = [k for k in keys if not _follows_from_name(k, flats) and not _unset_means_default(k, flats)]
+    shown = [k for k in keys if not _follows_from_name(k, flats) and not _unset_means_default(k, flats, registry)]
     per_group = [list(shown) for _ in flats]
     for same in _collisions(flats, shown):
         extra = [k for k in differing_keys([flats[i] for i in same]) if k not in shown]
@@ -95,7 +99,7 @@ def _follows_from_name(key: str, flats: Sequence[dict[str, Any]]) -> bool:
     return all(len(values) == 1 for values in by_name.values())
 
 
-def _unset_means_default(key: str, flats: Sequence[dict[str, Any]]) -> bool:
+def _unset_means_default(key: str, flats: Sequence[dict[str, Any]], registry: Registry) -> bool:
     """Set to one value in some recipes, absent from the others, and that value is the key's default.
 
     Or the key is no longer known. Either is a difference of dmlplug versions, not of experiments.
@@ -104,11 +108,12 @@ def _unset_means_default(key: str, flats: Sequence[dict[str, Any]]) -> bool:
     if len(present) != 1 or all(key in flat for flat in flats):
         return False
     flat = next(flat for flat in flats if key in flat)
-    known, default = _default(key, flat, flats)
+    known, default = _default(key, flat, flats, registry)
     return not known or _canon(default) == _canon(flat[key])
 
 
-def _default(key: str, flat: dict[str, Any], flats: Sequence[dict[str, Any]]) -> tuple[bool, Any]:
+def _default(key: str, flat: dict[str, Any], flats: Sequence[dict[str, Any]],
+             registry: Registry) -> tuple[bool, Any]:
     """``(known, default)`` of a recipe key in this dmlplug: a section key, an engine option or a component's."""
     from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
 
@@ -122,10 +127,9 @@ def _default(key: str, flat: dict[str, Any], flats: Sequence[dict[str, Any]]) ->
     if kind is None or not isinstance(name, str):
         return False, None
     from dmlplug.errors import DmlplugError
-    from dmlplug.plugins import get_host
 
     try:
-        params = get_host().registry.get(kind, name).params
+        params = registry.get(kind, name).params
     except DmlplugError:  # a component this installation does not have
         return False, None
     return _model_default(params, rest) if params is not None else (False, None)

@@ -13,12 +13,15 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import DataError
 from dmlplug.evaluation.best import read_best, read_records
 from dmlplug.report.labels import label_keys, shown_value
+
+if TYPE_CHECKING:
+    from dmlplug.registry import Registry
 
 #: Recipe keys that do not make two runs different experiments.
 _RUN_ONLY = ("seed", "name", "output_dir")
@@ -175,13 +178,13 @@ def _loss_curve(tb: Path) -> list[tuple[int, float]]:
     return [(int(e.step), float(e.value)) for e in acc.Scalars("train/loss/total")]
 
 
-def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+def group_runs(runs: Sequence[RunRecord], registry: Registry) -> list[Group]:
     """Group runs whose resolved recipes differ only in ``run.seed`` / ``run.name`` / ``run.output_dir``.
 
     Only completed runs are averaged together: failed and interrupted runs form groups of their own, marked
     in the label (``exp [interrupted]``), so a report never mixes a half-trained run into a completed mean.
     Groups of the same run name are labelled with the recipe values that tell them apart, in full
-    (:func:`dmlplug.report.labels.label_keys`), so no two groups read the same.
+    (:func:`dmlplug.report.labels.label_keys`, with defaults from ``registry``), so no two groups read the same.
     """
     groups: dict[str, Group] = {}
     for record in runs:
@@ -199,7 +202,7 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
         by_name.setdefault(g.label, []).append(g)
     for name, same in by_name.items():
         flats = [flatten_recipe(json.loads(g.key.split("\n")[0])) for g in same]
-        for g, flat, keys in zip(same, flats, label_keys(flats), strict=True):
+        for g, flat, keys in zip(same, flats, label_keys(flats, registry), strict=True):
             label = name + (" (" + ", ".join(f"{k}={shown_value(flat.get(k))}" for k in keys) + ")" if keys else "")
             g.label = label + (f" [{g.status}]" if g.status != COMPLETED else "")
     _make_unique(result)

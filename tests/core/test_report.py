@@ -12,6 +12,7 @@ import tomli_w
 from e2e import run_cli
 
 from dmlplug.errors import DataError
+from dmlplug.plugins import get_host
 from dmlplug.report import build_report, write_report
 
 
@@ -46,7 +47,7 @@ def test_groups_seeds_and_reports_mean_and_sample_std(tmp_path):
         fake_run(tmp_path / "a" / f"s{seed}", seed=seed, final={"recall@1": value, "map@r": value / 2},
                  best={"recall@1": value + 0.1, "map@r": value / 2})
     fake_run(tmp_path / "b", seed=0, lr=1e-2, final={"recall@1": 0.4, "map@r": 0.2})
-    report = build_report([tmp_path])
+    report = build_report(host=get_host(), paths=[tmp_path])
     assert report.metrics == ["recall@1", "map@r"]  # the selection metric first
     assert len(report.groups) == 2
     seeds = next(g for g in report.groups if len(g.runs) == 3)
@@ -76,7 +77,7 @@ def test_writes_markdown_csv_and_learning_curves(tmp_path):
         for step in range(1, 4):
             writer.add_scalar("train/loss/total", 1.0 / step, step)
     out = tmp_path / "out" / "report.md"
-    report, text = write_report([tmp_path / "runs"], out)
+    report, text = write_report([tmp_path / "runs"], out, host=get_host())
     assert out.read_text() == text
     assert (tmp_path / "out" / "report.csv").is_file()
     assert [r.loss_curve for r in report.groups[0].runs] == [[(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))], []]
@@ -103,7 +104,7 @@ def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
             fake_run(tmp_path / "runs" / f"split{split_id}_seed{seed}", name="sweep", seed=seed,
                      final={"recall@1": value}, split=(splits, split_id))
     out = tmp_path / "report.md"
-    report, text = write_report([tmp_path / "runs"], out)
+    report, text = write_report([tmp_path / "runs"], out, host=get_host())
     fids = group_fids(report.groups)
     assert [fids[g.key] for g in report.groups] == [20.0, 60.0, 120.0]  # ordered by shift (split id)
     expected = ags([20, 60, 120], [0.7, 0.5, 0.3])  # fractions, like every value in the report
@@ -119,7 +120,7 @@ def test_metric_vs_fid_and_ags_from_split_files(tmp_path):
     moved = tmp_path / "moved"
     fake_run(moved / "run", name="sweep", final={"recall@1": 0.5}, split=("../splits.json", 2))
     (moved / "splits.json").write_bytes(splits.read_bytes())
-    assert list(group_fids(build_report([moved]).groups).values()) == [60.0]
+    assert list(group_fids(build_report(host=get_host(), paths=[moved]).groups).values()) == [60.0]
 
 
 def test_a_failing_plugin_section_does_not_break_the_report(tmp_path):
@@ -136,7 +137,7 @@ def test_a_failing_plugin_section_does_not_break_the_report(tmp_path):
     host = get_host()
     host.pm.register(Broken, name="broken-report")
     try:
-        text = build_report([tmp_path / "run"]).markdown()
+        text = build_report(host=get_host(), paths=[tmp_path / "run"]).markdown()
     finally:
         host.pm.unregister(name="broken-report")
     assert "## broken-report (failed)" in text and "RuntimeError: boom" in text
@@ -144,13 +145,13 @@ def test_a_failing_plugin_section_does_not_break_the_report(tmp_path):
 
 def test_errors_name_the_problem(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        build_report([tmp_path / "missing"])
+        build_report(host=get_host(), paths=[tmp_path / "missing"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="no run directory"):
-        build_report([tmp_path / "empty"])
+        build_report(host=get_host(), paths=[tmp_path / "empty"])
     fake_run(tmp_path / "run", final={"recall@1": 0.5})
     with pytest.raises(DataError, match="recall@9"):
-        build_report([tmp_path / "run"], metrics=["recall@9"])
+        build_report(host=get_host(), paths=[tmp_path / "run"], metrics=["recall@9"])
 
 
 def test_cli_prints_the_report(tmp_path):
@@ -170,7 +171,7 @@ def test_labels_show_every_difference_in_full(tmp_path):
     fake_run(tmp_path / "y", final={"recall@1": 0.2}, recipe_changes={**common, "evaluation.every": 2})
     fake_run(tmp_path / "z", final={"recall@1": 0.3}, recipe_changes={"a.k1": 9, "a.k2": 9, "a.k3": 9, "a.k4": 9,
                                                                       "evaluation.every": 1})
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     assert labels == ["exp (a.k1=1, a.k2=2, a.k3=3, a.k4=4, evaluation.every=1)",
                       "exp (a.k1=1, a.k2=2, a.k3=3, a.k4=4, evaluation.every=2)",
                       "exp (a.k1=9, a.k2=9, a.k3=9, a.k4=9, evaluation.every=1)"]
@@ -180,14 +181,14 @@ def test_two_oodml_splits_read_differently(tmp_path):
     for split_id in (1, 2):
         fake_run(tmp_path / f"s{split_id}", name="sweep", final={"recall@1": 0.5},
                  split=(tmp_path / "f.json", split_id))
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     assert labels == ["sweep (data.dataset.split_id=1)", "sweep (data.dataset.split_id=2)"]
 
 
 def test_labels_that_would_print_alike_are_numbered(tmp_path):
     fake_run(tmp_path / "a", final={"recall@1": 0.1}, recipe_changes={"head.x": 1})
     fake_run(tmp_path / "b", final={"recall@1": 0.2}, recipe_changes={"head.x": "1"})
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     assert labels == ["exp (head.x=1) #1", "exp (head.x=1) #2"]
 
 
@@ -196,7 +197,7 @@ def test_failed_and_interrupted_runs_are_marked_and_not_averaged(tmp_path):
     fake_run(tmp_path / "s1", seed=1, final={"recall@1": 0.8})
     fake_run(tmp_path / "s2", seed=2, final={"recall@1": 0.1}, status="interrupted")
     fake_run(tmp_path / "s3", seed=3, final={"recall@1": 0.05}, status="failed")
-    report = build_report([tmp_path])
+    report = build_report(host=get_host(), paths=[tmp_path])
     by_label = {g.label: g for g in report.groups}
     assert set(by_label) == {"exp", "exp [interrupted]", "exp [failed]"}
     done = by_label["exp"]
@@ -215,7 +216,7 @@ def test_runs_that_repeat_a_seed_count_once_and_show_no_spread(tmp_path):
     # Two runs of seed 0 are one sample of the seed: "seeds 1", their mean, no "± 0.0000" pretending a spread.
     fake_run(tmp_path / "a" / "r1", seed=0, final={"recall@1": 0.50})
     fake_run(tmp_path / "a" / "r2", seed=0, final={"recall@1": 0.50})
-    report = build_report([tmp_path / "a"])
+    report = build_report(host=get_host(), paths=[tmp_path / "a"])
     (group,) = report.groups
     assert group.distinct_seeds == [0] and group.repeated_seeds == {0: 2}
     assert group.stat("final", "recall@1") == (pytest.approx(0.5), 0.0, 1)
@@ -230,11 +231,11 @@ def test_runs_that_repeat_a_seed_count_once_and_show_no_spread(tmp_path):
 def test_repeats_of_a_seed_are_averaged_before_the_spread_over_seeds(tmp_path):
     for name, seed, value in (("r1", 0, 0.4), ("r2", 0, 0.6), ("r3", 1, 0.7)):
         fake_run(tmp_path / name, seed=seed, final={"recall@1": value})
-    (group,) = build_report([tmp_path]).groups
+    (group,) = build_report(host=get_host(), paths=[tmp_path]).groups
     mean, std, n = group.stat("final", "recall@1")
     # seed 0 -> 0.5, seed 1 -> 0.7: two samples, not three
     assert n == 2 and mean == pytest.approx(0.6) and std == pytest.approx(statistics.stdev([0.5, 0.7]))
-    assert "| exp | 2 (3 runs) | 0.6000 ± 0.1414 |" in build_report([tmp_path]).markdown()
+    assert "| exp | 2 (3 runs) | 0.6000 ± 0.1414 |" in build_report(host=get_host(), paths=[tmp_path]).markdown()
 
 
 def test_labels_leave_out_what_the_component_name_or_a_default_already_says(tmp_path):
@@ -248,7 +249,7 @@ def test_labels_leave_out_what_the_component_name_or_a_default_already_says(tmp_
     fake_run(tmp_path / "newer", final={"recall@1": 0.4},
              recipe_changes={"loss.name": "arcface", "loss.margin": 28.6, "loss.scale": 64.0,
                              "evaluation.select_on": "auto", "evaluation.report_curve": False})
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     # Only the two arcface runs, which would read the same, show the keys that tell them apart.
     assert labels == ["exp (evaluation.report_curve=false, evaluation.select_on=auto, loss.name=arcface, "
                       "run.grad_clip=none)",
@@ -262,7 +263,7 @@ def test_a_parameter_that_differs_within_one_component_is_a_label(tmp_path):
     fake_run(tmp_path / "a", final={"recall@1": 0.1}, recipe_changes={"loss.name": "arcface", "loss.margin": 28.6})
     fake_run(tmp_path / "b", final={"recall@1": 0.2}, recipe_changes={"loss.name": "arcface", "loss.margin": 10.0})
     fake_run(tmp_path / "c", final={"recall@1": 0.3}, recipe_changes={"loss.alpha": 2.0})
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     assert labels == ["exp (loss.margin=10.0, loss.name=arcface)", "exp (loss.margin=28.6, loss.name=arcface)",
                       "exp (loss.margin=none, loss.name=multi_similarity)"]
 
@@ -273,7 +274,7 @@ def test_an_older_run_that_selected_its_untrained_model_is_read_with_the_current
                    curve=[{"recall@1": 0.90}, {"recall@1": 0.20}, {"recall@1": 0.35}, {"recall@1": 0.30}])
     results = json.loads((run / "results.json").read_text())
     (run / "results.json").write_text(json.dumps({**results, "best_epoch": 0, "epochs_completed": 3}))
-    report = build_report([run])
+    report = build_report(host=get_host(), paths=[run])
     (record,) = report.groups[0].runs
     assert (record.best_epoch, record.best) == (2, {"recall@1": 0.35})
     assert "selected again among the trained evaluations: epoch 2" in report.markdown()
@@ -284,12 +285,12 @@ def test_a_key_only_a_newer_dmlplug_writes_is_not_a_label_when_it_holds_its_defa
     fake_run(tmp_path / "new", lr=1e-2, final={"recall@1": 0.2},
              recipe_changes={"evaluation.select_on": "auto", "evaluation.select_initial": False})
     fake_run(tmp_path / "changed", lr=1e-2, final={"recall@1": 0.3}, recipe_changes={"evaluation.select_on": "val"})
-    labels = sorted(g.label for g in build_report([tmp_path]).groups)
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path]).groups)
     assert labels == ["exp (evaluation.select_on=auto, optimizer.lr=0.01)",
                       "exp (evaluation.select_on=none, optimizer.lr=0.001)",
                       "exp (evaluation.select_on=val, optimizer.lr=0.01)"]
     fake_run(tmp_path / "b" / "old", final={"recall@1": 0.1})
     fake_run(tmp_path / "b" / "new", lr=1e-2, final={"recall@1": 0.2},
              recipe_changes={"evaluation.select_on": "auto", "evaluation.select_initial": False})
-    assert sorted(g.label for g in build_report([tmp_path / "b"]).groups) == ["exp (optimizer.lr=0.001)",
-                                                                             "exp (optimizer.lr=0.01)"]
+    labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path / "b"]).groups)
+    assert labels == ["exp (optimizer.lr=0.001)", "exp (optimizer.lr=0.01)"]

@@ -20,6 +20,7 @@ from dmlplug.engine.pictures import write_pictures
 from dmlplug.evaluation import EvalContext
 from dmlplug.evaluation.picture_grid import BORDER, CORRECT, QUERY, WRONG, cell_box
 from dmlplug.evaluation.pictures import query_average_precision, retrieve_rows, sample_queries, worst_queries
+from dmlplug.plugins import get_host
 from dmlplug.report import build_report, write_report
 
 # ------------------------------------------------------------------------------------------ a known geometry
@@ -233,7 +234,7 @@ def test_pictures_off_in_a_run_writes_nothing(tmp_path):
 @pytest.mark.slow
 def test_the_report_shows_the_last_evaluations_pictures(pictured_run, tmp_path):
     out = tmp_path / "report" / "report.md"
-    report, text = write_report([pictured_run], out)
+    report, text = write_report([pictured_run], out, host=get_host())
     shown = report.pictures
     assert len(shown) == 1 and shown[0].epoch == 1 and shown[0].split == "test"
     for kind in ("worst", "sample"):
@@ -266,7 +267,7 @@ def test_a_report_of_few_runs_shows_every_run_at_its_last_evaluation(tmp_path):
     for seed in range(2):
         _fake_run(tmp_path / f"a{seed}", name="a", seed=seed, lr=0.1)
     _fake_run(tmp_path / "b", name="b", seed=0, lr=0.2, epochs=(0, 5, 10))
-    report = build_report([tmp_path])
+    report = build_report(host=get_host(), paths=[tmp_path])
     shown = {(p.label, p.epoch) for p in report.pictures}
     assert shown == {("a (seed 0)", 2), ("a (seed 1)", 2), ("b", 10)} and report.pictures_left_out == 0
     text = report.markdown()
@@ -281,7 +282,7 @@ def test_a_report_of_many_runs_shows_one_run_per_group_and_says_where_the_rest_a
     for g in range(groups):
         for seed in range(seeds):
             _fake_run(tmp_path / f"g{g}" / f"s{seed}", name=f"run{g}", seed=seed, lr=0.1 * (g + 1))
-    report = build_report([tmp_path])
+    report = build_report(host=get_host(), paths=[tmp_path])
     assert len(report.pictures) == MAX_RUNS
     assert all(p.run.seed == 0 for p in report.pictures)  # the first seed of each group
     assert len({p.label for p in report.pictures}) == MAX_RUNS

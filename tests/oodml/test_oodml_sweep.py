@@ -166,6 +166,7 @@ def test_report_and_summarize_read_the_same_best_of_runs_whose_untrained_model_w
     (best values) and `dmlplug oodml summarize` (max over trained epochs) then gave different AGS."""
     import tomli_w
 
+    from dmlplug.plugins import get_host
     from dmlplug.report import build_report
     from dmlplug_builtins.oodml.report import group_fids, split_ags
 
@@ -188,7 +189,7 @@ def test_report_and_summarize_read_the_same_best_of_runs_whose_untrained_model_w
                   "data": {"dataset": {"name": "oodml_split", "split_file": str(tmp_path / "splits.json"),
                                        "split_id": split, "part": "zero_shot", "dataset": {"name": "glyphs"}}}}
         (run / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
-    report = build_report([tmp_path])
+    report = build_report(host=get_host(), paths=[tmp_path])
     reported = split_ags(report.groups, group_fids(report.groups), ["recall@1"])["recall@1"]
     best, most = (summarize_sweep(tmp_path, reduce=reduce).ags["recall@1"] for reduce in ("best", "max"))
     # Trained epochs only: split 1 (0.8 + 0.6) / 2, split 2 (0.4 + 0.3) / 2, split 3 (0.5 + 0.5) / 2.
