@@ -47,8 +47,9 @@ def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **opti
             ``on_eval_end`` that raises stops the run, which ends failed with that error).
     """
     from dmlplug.engine.launch import run_recipe
+    from dmlplug.plugins import get_host
 
-    return run_recipe(recipe, overrides=overrides, **options)
+    return run_recipe(recipe, overrides=overrides, **{"host": get_host(), **options})
 
 
 def validate(recipe: Any, overrides: list[str] | dict[str, Any] | None = None) -> Any:

@@ -48,7 +48,7 @@ def cmd_run(
 
     from dmlplug.engine.launch import run_recipe
 
-    result = run_recipe(source, pairs, out=out, quiet=quiet, resume=resume, force=force)
+    result = run_recipe(source, pairs, out=out, quiet=quiet, resume=resume, force=force, host=get_host())
     summary = {"run_dir": str(result.directory), "selected_on": result.selected_on,
                "reported_on": result.reported_on, "initial": result.initial_metrics, "final": result.metrics,
                "best_epoch": result.best_epoch, "best": result.best_metrics}

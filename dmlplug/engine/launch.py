@@ -21,7 +21,7 @@ from dmlplug.engine.run import Run, RunResult
 from dmlplug.engine.seeding import configure_determinism
 from dmlplug.errors import RunError, RunStopped
 from dmlplug.files import write_json, write_text
-from dmlplug.plugins import PluginHost, get_host
+from dmlplug.plugins import PluginHost
 from dmlplug.recipe import ValidatedRecipe, load_recipe, override_pairs
 
 
@@ -32,7 +32,7 @@ def run_recipe(
     out: str | Path | None = None,
     device: str | None = None,
     quiet: bool = False,
-    host: PluginHost | None = None,
+    host: PluginHost,
     resume: bool = False,
     force: bool = False,
     hooks: Sequence[Any] = (),
@@ -48,13 +48,13 @@ def run_recipe(
         out: The run directory (for ``resume``: the run to continue; default the latest run of the recipe).
         device: Overrides ``run.device``.
         quiet: No progress bars.
-        host: Plugin host (default: the loaded one).
+        host: The plugin host whose registry the recipe is resolved in and whose plugins hear the run
+            (``dmlplug.run`` and ``dmlplug run`` pass the process-wide one).
         resume: Continue the run from its ``checkpoints/last.pt`` (implied when ``recipe`` is a run directory).
         force: Continue even though the recipe differs from the run's; the difference is recorded.
         hooks: Objects with ``@hookimpl`` lifecycle methods (``on_eval_end`` …) registered for this run only, on
             the main process, like the run's loggers (a tuner's pruning callback).
     """
-    host = host or get_host()
     pairs = override_pairs(overrides)
     if device is not None:
         pairs["run.device"] = device

@@ -14,6 +14,7 @@ from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RecipeError
 from dmlplug.evaluation import EvalContext
 from dmlplug.evaluation.pairs import sample_pair_distances
+from dmlplug.plugins import get_host
 from dmlplug_builtins.loggers.tensorboard_logger import hparam_values
 
 # ------------------------------------------------------------------------------------------ pair sampling
@@ -130,7 +131,7 @@ def logged_run(tmp_path_factory):
     from dmlplug.engine.launch import run_recipe
 
     out = tmp_path_factory.mktemp("loggers") / "run"
-    result = run_recipe(recipe_dict(RECIPE), out=out, device="cpu", quiet=True)
+    result = run_recipe(recipe_dict(RECIPE), out=out, device="cpu", quiet=True, host=get_host())
     assert result.status == "completed"
     return out
 

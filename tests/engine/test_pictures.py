@@ -190,7 +190,7 @@ def pictured_run(tmp_path_factory):
     from dmlplug.engine.launch import run_recipe
 
     out = tmp_path_factory.mktemp("pictures") / "run"
-    assert run_recipe(tomllib.loads(RECIPE), out=out, device="cpu", quiet=True).status == "completed"
+    assert run_recipe(tomllib.loads(RECIPE), out=out, device="cpu", quiet=True, host=get_host()).status == "completed"
     return out
 
 
@@ -226,7 +226,7 @@ def test_pictures_off_in_a_run_writes_nothing(tmp_path):
 
     raw = tomllib.loads(RECIPE.replace("pictures_queries = 4", "pictures = false"))
     raw["run"]["epochs"] = 0  # the initial evaluation only
-    assert run_recipe(raw, out=tmp_path / "run", device="cpu", quiet=True).status == "completed"
+    assert run_recipe(raw, out=tmp_path / "run", device="cpu", quiet=True, host=get_host()).status == "completed"
     assert not (tmp_path / "run" / "pictures").exists()
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1  # it did evaluate
 

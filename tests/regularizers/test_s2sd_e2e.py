@@ -14,9 +14,10 @@ from e2e import LEARNING_PROTOCOL, ROOT, assert_learns, run_cli
 @pytest.mark.slow
 def test_glyphs_s2sd_recipe_learns_end_to_end(tmp_path):
     from dmlplug.engine.launch import run_recipe
+    from dmlplug.plugins import get_host
 
     result = run_recipe(ROOT / "recipes" / "glyphs_s2sd.toml", LEARNING_PROTOCOL, out=tmp_path / "run", device="cpu",
-                        quiet=True)
+                        quiet=True, host=get_host())
     assert result.status == "completed" and math.isfinite(result.metrics["map@r"])
     assert_learns(result.directory)
     state = torch.load(result.directory / "checkpoints" / "last.pt", weights_only=False)
