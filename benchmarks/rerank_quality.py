@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,14 @@ from eval_speed import SETS, make_set  # noqa: E402  (the benchmarks folder is n
 
 #: Methods compared, with the defaults of docs/reranking.md.
 RERANK_METHODS = ["aqe", "dba", "krnn"]
+
+
+def rerank_spec(name: str) -> Any:
+    """The validated spec of the built-in re-ranker ``name`` (the installed plugins' registry)."""
+    from dmlplug.evaluation.rerank_spec import parse_rerank
+    from dmlplug.plugins import get_host
+
+    return parse_rerank(name, registry=get_host().registry)
 
 
 def glyph_embeddings(run: str | None, epochs: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -65,8 +74,8 @@ def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, f
     from dmlplug.evaluation import EvalContext, run_evaluators
     from dmlplug.evaluation.api import build_evaluators
     from dmlplug.evaluation.rerank_eval import rerank_metrics
-    from dmlplug.evaluation.rerank_spec import parse_rerank
 
+    specs = {name: rerank_spec(name) for name in RERANK_METHODS}
     evaluators = build_evaluators(["retrieval"])
     times: dict[str, list[float]] = {name: [] for name in ["exact", *RERANK_METHODS]}
     ratios: dict[str, list[float]] = {name: [] for name in RERANK_METHODS}
@@ -80,7 +89,7 @@ def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, f
         values["exact"] = {"recall@1": plain["recall@1"], "map@r": plain["map@r"]}
         for name in RERANK_METHODS:
             start = time.perf_counter()
-            got = rerank_metrics(evaluators, context, [parse_rerank(name)])
+            got = rerank_metrics(evaluators, context, [specs[name]])
             spent = time.perf_counter() - start
             times[name].append(spent)
             ratios[name].append(spent / exact)
@@ -93,15 +102,13 @@ def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, f
 
 
 def report(title: str, x: np.ndarray, results: dict[str, dict[str, float]]) -> None:
-    from dmlplug.evaluation.rerank_spec import parse_rerank
-
     n = len(x)
     print(f"\n## {title}: {n} items x {x.shape[1]} dims, leave-one-out")
     print("| method | recall@1 | MAP@R | time (s) | µs / query | × exact evaluation |")
     print("|---|---|---|---|---|---|")
     base = results["exact"]
     for name, r in results.items():
-        label = "exact (no re-ranking)" if name == "exact" else parse_rerank(name).describe()
+        label = "exact (no re-ranking)" if name == "exact" else rerank_spec(name).describe()
         delta = "" if name == "exact" else \
             f" ({r['recall@1'] - base['recall@1']:+.4f})"
         delta_m = "" if name == "exact" else f" ({r['map@r'] - base['map@r']:+.4f})"

@@ -84,7 +84,8 @@ def param_lines(model: type[Params], indent: str = "      ") -> list[str]:
     for field_name, spec in model.model_fields.items():
         default = "required" if spec.is_required() else repr(spec.get_default(call_default_factory=True))
         kind = ", ".join([type_name(spec.rebuild_annotation()), *bounds(spec)])
-        lines.append(f"{indent}{field_name} = {default}  ({kind})  -- {spec.description or ''}".rstrip())
+        key = spec.alias or field_name  # what a recipe writes (``lambda`` for the field ``lam``)
+        lines.append(f"{indent}{key} = {default}  ({kind})  -- {spec.description or ''}".rstrip())
     return lines
 
 

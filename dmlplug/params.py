@@ -41,7 +41,9 @@ class Params(BaseModel):
             margin: float = Field(0.2, gt=0, description="Triplet margin alpha.")
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False)
+    # A field whose key is a Python keyword is declared with an alias (``lam: float = Field(alias="lambda")``):
+    # recipes write the alias, and dumps (resolved recipes, tables) write it back.
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False, serialize_by_alias=True)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from dmlplug.errors import ComponentError, PluginError, RecipeError, did_you_mean
 from dmlplug.params import NoParams, Params
+from dmlplug.protocols.components import Factory
 from dmlplug.protocols.kinds import KIND_PROTOCOLS, KIND_TABLE, KINDS
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class ComponentInfo:
 
     kind: str
     name: str
-    factory: Callable[[Any, Any], Any]
+    factory: Factory[Any]
     params: type[Params] = NoParams
     description: str = ""
     plugin: str = ""
@@ -187,7 +188,7 @@ def format_validation_error(exc: ValidationError, where: str, model: type[Params
                 field = holder.model_fields.get(part) if holder is not None else None
                 annotation = field.annotation if field is not None else None
                 holder = annotation if isinstance(annotation, type) and issubclass(annotation, Params) else None
-            known = list(holder.model_fields) if holder is not None else []
+            known = [f.alias or key for key, f in holder.model_fields.items()] if holder is not None else []
             lines.append(f"  {path}: unknown key{did_you_mean(parts[-1] if parts else '', known)}")
         elif err["type"] == "missing":
             lines.append(f"  {path}: missing (required)")
@@ -227,7 +228,7 @@ class Registry:
 
         def register(
             name: str,
-            factory: Callable[[Any, Any], Any],
+            factory: Factory[Any],
             *,
             params: type[Params] | None = None,
             description: str | None = None,

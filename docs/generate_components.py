@@ -76,7 +76,7 @@ def params_table(model: Any) -> list[str]:
         return ["No parameters.", ""]
     rows = ["| parameter | type | default | description |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
-        rows.append(f"| `{name}` | {_cell(type_label(field.rebuild_annotation()))} | "
+        rows.append(f"| `{field.alias or name}` | {_cell(type_label(field.rebuild_annotation()))} | "
                     f"{_cell(default_label(field))} | {_cell(field.description or '')} |")
     return [*rows, ""]
 

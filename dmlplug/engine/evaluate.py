@@ -11,7 +11,7 @@ computes the same metrics.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from dmlplug.errors import RunError
 
 
 def evaluate_split(components: Components, recipe: Any, split: str, *, device: str,
-                   autocast: Any = None) -> tuple[dict[str, float], Any]:
+                   autocast: Any = None, rerank: Sequence[Any] = ()) -> tuple[dict[str, float], Any]:
     """Embed ``split`` with the test transform and run every evaluator on it.
 
     Args:
@@ -33,10 +33,11 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
         split: ``"test"`` or ``"val"``.
         device: Where the model runs.
         autocast: CUDA autocast dtype, or ``None``.
+        rerank: The recipe's validated re-rankers (:attr:`dmlplug.recipe.ValidatedRecipe.rerank`).
 
     The embeddings stay on ``device``: on a GPU the kNN search runs there (``[evaluation] backend``).
 
-    With ``[evaluation] rerank`` the kNN metrics are computed again after each re-ranking method and added as
+    With ``[evaluation] rerank`` the kNN metrics are computed again after each re-ranker and added as
     ``<metric>+<label>`` (:func:`dmlplug.evaluation.rerank_eval.rerank_metrics`).
 
     Returns:
@@ -62,11 +63,10 @@ def evaluate_split(components: Components, recipe: Any, split: str, *, device: s
     check_valid_queries(evaluators, eval_context,
                         where=f"the {split} split of [data.dataset] {data.dataset.get('name')!r}")
     metrics = run_evaluators(evaluators, eval_context)
-    if recipe.evaluation.rerank:  # the kNN metrics again after each re-ranking method, as <metric>+<label>
+    if rerank:  # the kNN metrics again after each re-ranker, as <metric>+<label>
         from dmlplug.evaluation.rerank_eval import rerank_metrics
-        from dmlplug.evaluation.rerank_spec import parse_rerank_list
 
-        metrics.update(rerank_metrics(evaluators, eval_context, parse_rerank_list(recipe.evaluation.rerank)))
+        metrics.update(rerank_metrics(evaluators, eval_context, rerank))
     return metrics, eval_context
 
 
@@ -176,7 +176,7 @@ def report_selected(run: Any) -> dict[str, float] | None:
     try:
         metrics = evaluate_safely(
             lambda name: evaluate_split(run.components, run.recipe.recipe, name, device=run.device,
-                                        autocast=run.training.autocast)[0],
+                                        autocast=run.training.autocast, rerank=run.recipe.rerank)[0],
             split, model=model, recipe=run.recipe.recipe, checkpoint_dir=run.checkpoint_dir)
     finally:
         model.load_state_dict(trained)

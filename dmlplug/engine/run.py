@@ -195,7 +195,7 @@ class Run:
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Embed ``split`` and run every evaluator; returns the metrics (the context is kept for hooks)."""
         metrics, eval_context = evaluate_split(self._components(), self.recipe.recipe, split, device=self.device,
-                                      autocast=self._training().autocast)
+                                               autocast=self._training().autocast, rerank=self.recipe.rerank)
         self.knn_backend = getattr(eval_context, "backend_used", None) or self.knn_backend
         self.eval_context = eval_context
         return metrics

@@ -54,20 +54,24 @@ def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, 
         labels: ``N`` integer labels.
         evaluators: Names or ``{"name": ..., **params}`` dicts (default: :data:`DEFAULT_EVALUATORS`).
         artifacts_dir: When given, evaluators write their artifacts (curves, per-class tables) there.
-        rerank: Re-ranking methods (``"aqe"``, ``"krnn:k1=20"``, ``{"name": "dba", "n": 5}`` or a list), as
-            ``[evaluation] rerank``: the kNN metrics are added again as ``<metric>+<label>`` (docs/reranking.md).
+        rerank: Re-rankers (``"aqe"``, ``"krnn:k1=20"``, ``{"name": "dba", "n": 5}``, a
+            :class:`~dmlplug.evaluation.rerank_spec.RerankSpec` or a list), as ``[evaluation] rerank``: the kNN
+            metrics are added again as ``<metric>+<label>`` (docs/reranking.md).
         **options: :class:`EvalContext` options: ``query_mask``, ``gallery_mask``, ``backend``,
             ``memory_budget_mb``, ``seed``.
 
     Raises:
         DataError: The input is invalid, or a kNN evaluator is selected and no query has another item of
             its class in the gallery (see :func:`check_valid_queries`).
-        RecipeError: A re-ranking method is unknown or has bad parameters.
+        ComponentError: An evaluator or a re-ranker is unknown.
+        RecipeError: A re-ranker has bad parameters or labels.
     """
     from dmlplug.evaluation.rerank_spec import parse_rerank_list
+    from dmlplug.plugins import get_host
 
-    specs = parse_rerank_list(rerank) if rerank else []  # a bad method fails before any work
-    built = build_evaluators(evaluators)
+    host = get_host()  # the entry point of a Python caller: the process-wide plugins, as dmlplug.create
+    specs = parse_rerank_list(rerank, registry=host.registry) if rerank else []  # a bad one fails before any work
+    built = build_evaluators(evaluators, host)
     eval_context = EvalContext(embeddings, labels, **options)
     check_valid_queries(built, eval_context, where="evaluation input")
     metrics = run_evaluators(built, eval_context)

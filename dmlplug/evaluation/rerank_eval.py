@@ -1,12 +1,12 @@
 """Re-ranked evaluation: the kNN metrics computed again over a re-ranked neighbour list.
 
-:class:`RerankedContext` is an :class:`~dmlplug.evaluation.EvalContext` whose neighbour search applies one
-re-ranking method (:mod:`dmlplug.evaluation.reranking`) to the same queries and gallery: αQE searches with the
-expanded queries, DBA searches the augmented gallery, k-reciprocal re-orders the first ``shortlist`` exact
-neighbours. Everything else (lone queries, self-exclusion, the metric code of every kNN evaluator) is the base
-context's, so ``recall@1+aqe`` and ``recall@1`` are computed by the same code over two neighbour lists.
+:class:`RerankedContext` is an :class:`~dmlplug.evaluation.EvalContext` whose neighbour search is a re-ranker's
+(:class:`dmlplug.protocols.Reranker`, e.g. αQE, DBA, k-reciprocal) over the same queries and gallery, which it
+reaches through an :class:`ExactProblem`: the exact kNN search with each query left out of its own results.
+Everything else (lone queries, self-exclusion, the metric code of every kNN evaluator) is the base context's, so
+``recall@1+aqe`` and ``recall@1`` are computed by the same code over two neighbour lists.
 
-The methods run on the L2-normalised embeddings, on the CPU (the neighbour lists and the ``N×D`` matrix only).
+Re-rankers run on the L2-normalised embeddings, on the CPU (the neighbour lists and the ``N×D`` matrix only).
 """
 
 from __future__ import annotations
@@ -17,26 +17,62 @@ from typing import Any
 import numpy as np
 
 from dmlplug.evaluation.context import EvalContext
-from dmlplug.evaluation.knn import exact_knn, resolve_backend
+from dmlplug.evaluation.knn import SearchStats, exact_knn, resolve_backend
+from dmlplug.evaluation.rerank_problem import gallery_knn, normalise
 from dmlplug.evaluation.rerank_spec import RerankSpec
-from dmlplug.evaluation.reranking import augment_gallery, expand_queries, k_reciprocal, normalise
 from dmlplug.evaluation.runner import EXCLUDED_KEY, run_evaluators
-from dmlplug.protocols import HasRequiredK
+from dmlplug.protocols import HasRequiredK, Reranker
+
+
+class ExactProblem:
+    """The :class:`~dmlplug.protocols.RerankProblem` of an evaluation: exact kNN searches on the CPU.
+
+    Args:
+        queries: ``Q×D`` unit vectors of the kept queries.
+        gallery: ``G×D`` unit vectors.
+        self_pos: ``Q``: each query's own gallery row (left out of its results), ``-1`` when it has none.
+        depth: ``Q``: the leading neighbours the metrics read (certified canonical by the last search).
+        budget_bytes: Working-memory budget.
+
+    Attributes:
+        stats: The statistics of the latest search, or ``None`` before the first.
+    """
+
+    def __init__(self, queries: np.ndarray, gallery: np.ndarray, self_pos: np.ndarray, depth: np.ndarray,
+                 budget_bytes: int):
+        self.queries, self.gallery, self.depth, self.budget_bytes = queries, gallery, depth, budget_bytes
+        self.self_pos = self_pos
+        self.backend = resolve_backend("auto", False)
+        self.stats: SearchStats | None = None
+
+    def search(self, queries: Any, k: int, depth: Any = None) -> np.ndarray:
+        """``Q×k`` exact neighbours in the gallery, each query's own row left out."""
+        return self.search_in(self.gallery, queries, k, depth)
+
+    def search_in(self, gallery: Any, queries: Any, k: int, depth: Any = None) -> np.ndarray:
+        """``Q×k`` exact neighbours in a replacement gallery, each query's own row left out."""
+        found, self.stats = exact_knn(queries, gallery, k, self_pos=self.self_pos, depth=depth, backend=self.backend,
+                                      budget_bytes=self.budget_bytes)
+        return found
+
+    def gallery_neighbours(self, n: int) -> np.ndarray:
+        """``G×n``: each gallery item's ``n`` nearest other items."""
+        return gallery_knn(self.gallery, n, budget_bytes=self.budget_bytes)
 
 
 class RerankedContext(EvalContext):
-    """The queries and gallery of ``base``, with neighbours found by a re-ranking method.
+    """The queries and gallery of ``base``, with neighbours found by a re-ranker.
 
-    The first ``knn_depth[row]`` columns of :meth:`knn` are the re-ranked result: for αQE and DBA the canonical
+    The first ``knn_depth[row]`` columns of :meth:`knn` are the re-ranked result (for αQE and DBA the canonical
     exact neighbours of the expanded query / in the augmented gallery; for k-reciprocal the re-ordered
-    shortlist followed, beyond it, by the exact neighbours in their canonical order.
+    shortlist followed, beyond it, by the exact neighbours in their canonical order).
 
     Args:
         base: The evaluated context (its embeddings, labels, masks, budget and seed are reused).
-        spec: The re-ranking method.
+        reranker: The built re-ranker.
     """
 
-    def __init__(self, base: EvalContext, spec: RerankSpec):
+    def __init__(self, base: EvalContext, reranker: Reranker):
         masks: dict[str, Any] = {}
         if not base.leave_one_out:
             n = len(base.labels)
@@ -44,38 +80,20 @@ class RerankedContext(EvalContext):
                      "gallery_mask": np.isin(np.arange(n), base.gallery_index)}
         super().__init__(base.numpy_embeddings(), base.labels, backend="auto", memory_budget_mb=base.memory_budget_mb,
                          seed=base.seed, **masks)
-        self.spec = spec
-        self._cpu_backend = resolve_backend("auto", False)
+        self.reranker = reranker
 
     def _search(self, relevance: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        # relevance is not used: the re-ranked list is computed in full (its order is the method's result).
+        # relevance is not used: the re-ranked list is computed in full (its order is the re-ranker's result).
         emb = self.cache.get("unit_embeddings")
         if emb is None:
             emb = self.cache["unit_embeddings"] = normalise(self.numpy_embeddings())
-        queries = np.ascontiguousarray(emb[self.query_index[self.knn_queries]])
-        gallery = np.ascontiguousarray(emb[self.gallery_index])
-        self_pos = self.self_pos[self.knn_queries]
-        depth = self._depth
-        width = int(depth.max()) if len(depth) else 1
-        p, budget = self.spec.params, self.budget_bytes
-
-        def search(q: np.ndarray, g: np.ndarray, k: int, d: np.ndarray | None = None) -> np.ndarray:
-            found, self.search_stats = exact_knn(q, g, k, self_pos=self_pos, depth=d, backend=self._cpu_backend,
-                                                 budget_bytes=budget)
-            return found
-
-        if self.spec.name == "aqe":
-            neighbours = search(queries, gallery, int(p["n"]))
-            expanded = expand_queries(queries, gallery, neighbours, alpha=float(p["alpha"]), budget_bytes=budget)
-            return search(expanded, gallery, width, depth)
-        if self.spec.name == "dba":
-            augmented = augment_gallery(gallery, n=int(p["n"]), alpha=float(p["alpha"]), backend=self._cpu_backend,
-                                        budget_bytes=budget)
-            return search(queries, augmented, width, depth)
-        shortlist = min(int(p["shortlist"]), self.max_neighbours)
-        found = search(queries, gallery, max(width, shortlist), np.maximum(depth, shortlist))
-        found[:, :shortlist] = k_reciprocal(queries, gallery, found[:, :shortlist], k1=int(p["k1"]), k2=int(p["k2"]),
-                                            lam=float(p["lambda"]), budget_bytes=budget)
+        problem = ExactProblem(np.ascontiguousarray(emb[self.query_index[self.knn_queries]]),
+                               np.ascontiguousarray(emb[self.gallery_index]), self.self_pos[self.knn_queries],
+                               self._depth, self.budget_bytes)
+        width = int(self._depth.max()) if len(self._depth) else 1
+        found = np.asarray(self.reranker.rerank(problem, width), dtype=np.int64)
+        if problem.stats is not None:
+            self.search_stats = problem.stats
         return found
 
 
@@ -88,14 +106,14 @@ def rerank_metrics(evaluators: Iterable[Any], base: EvalContext, specs: Sequence
     Args:
         evaluators: The built evaluators of the evaluation.
         base: The context the plain metrics were computed on.
-        specs: The re-ranking methods (``[evaluation] rerank``).
+        specs: The re-rankers (``[evaluation] rerank``), validated.
     """
     knn_evaluators = [e for e in evaluators if isinstance(e, HasRequiredK)]
     metrics: dict[str, float] = {}
     if not knn_evaluators or not len(base.knn_queries):
         return metrics
     for spec in specs:
-        values = run_evaluators(knn_evaluators, RerankedContext(base, spec))
+        values = run_evaluators(knn_evaluators, RerankedContext(base, spec.build()))
         values.pop(EXCLUDED_KEY, None)
         metrics.update({f"{key}+{spec.label}": value for key, value in values.items()})
     return metrics

@@ -53,11 +53,7 @@ def evaluator_metric_names(recipe: ValidatedRecipe) -> list[str]:
             neighbour_names.extend(declared)
     # [evaluation] rerank reports the kNN metrics (only those: Params.reads_neighbours) again as <metric>+<label>
     # (dmlplug.evaluation.rerank_eval).
-    from dmlplug.evaluation.rerank_spec import parse_rerank_list
-
-    labels = [spec.label for spec in parse_rerank_list(recipe.recipe.evaluation.rerank)] \
-        if recipe.recipe.evaluation.rerank else []
-    return names + [f"{name}+{label}" for label in labels for name in neighbour_names]
+    return names + [f"{name}+{spec.label}" for spec in recipe.rerank for name in neighbour_names]
 
 
 def check_selection_metric(recipe: ValidatedRecipe, where: str) -> None:

@@ -27,6 +27,8 @@ from dmlplug.tables import ComponentTable, drop_none, validate_table
 
 if TYPE_CHECKING:
     from dmlplug.context import BuildContext
+    from dmlplug.evaluation.rerank_spec import RerankSpec
+    from dmlplug.registry import Registry
 
 
 class ComponentSpec:
@@ -81,14 +83,16 @@ class ValidatedRecipe:
         source: Where the recipe came from (file path or ``"<dict>"``).
         needs: The engine services the components require (:class:`~dmlplug.needs.EngineNeeds`), computed
             once while the recipe is loaded; read-only.
+        rerank: The re-rankers of ``[evaluation] rerank``, validated in the recipe's registry.
     """
 
     def __init__(self, recipe: Recipe, components: dict[str, ComponentSpec], source: str,
-                 needs: EngineNeeds | None = None):
+                 needs: EngineNeeds | None = None, rerank: list[RerankSpec] | None = None):
         self.recipe = recipe
         self.components = components
         self.source = source
         self._needs = needs
+        self.rerank = rerank or []
 
     @property
     def needs(self) -> EngineNeeds:
@@ -131,7 +135,7 @@ def load_recipe(
     source: str | Path | dict[str, Any],
     overrides: list[str] | dict[str, Any] | None = None,
     *,
-    registry: Any = None,
+    registry: Registry,
     environ: dict[str, str] | None = None,
 ) -> ValidatedRecipe:
     """Parse, interpolate, override and validate a recipe.
@@ -139,8 +143,8 @@ def load_recipe(
     Args:
         source: Path to a TOML file, or a dict with the recipe's structure.
         overrides: ``"a.b=value"`` strings (value parsed as TOML, else taken as a string) or a dict.
-        registry: Registry to resolve component names, also used for nested component tables
-            (default: the loaded plugin host's).
+        registry: Registry to resolve component names, also used for nested component tables (the command's
+            plugin host's: ``dmlplug.validate`` passes the process-wide one).
         environ: Environment used for ``${VAR}`` / ``${VAR:-default}`` interpolation (default os.environ).
 
     Raises:
@@ -169,14 +173,8 @@ def _validate(raw: dict[str, Any], where: str, registry: Any, environ: Any) -> V
             "invalid recipe:\n" + format_validation_error(exc, "", Recipe), where=where,
             fix="see docs/recipes.md for every section and key",
         ) from None
-    if registry is None:
-        # The only fallback to the process-wide host (after the structural checks, so a broken file fails
-        # before any plugin loads); every step below uses `registry`, nested validations included.
-        from dmlplug.plugins import get_host
-
-        registry = get_host().registry
     components = _validate_components(recipe, registry, where)
-    validated = ValidatedRecipe(recipe, components, where)
+    validated = ValidatedRecipe(recipe, components, where, rerank=_validate_rerank(recipe, registry))
     # Computes validated.needs, once: the engine and BuildContext.needs reuse it.
     check_capabilities(validated, where)
     # What components can tell from their parameters: metric names, validation split, batch size, groups.
@@ -226,6 +224,14 @@ def _validate_components(recipe: Recipe, registry: Any, where: str) -> dict[str,
         specs[path] = _validate_component(path, kind, table, registry, where)
     _check_unique_names(specs, where)
     return specs
+
+
+def _validate_rerank(recipe: Recipe, registry: Any) -> list[RerankSpec]:
+    if not recipe.evaluation.rerank:
+        return []
+    from dmlplug.evaluation.rerank_spec import parse_rerank_list
+
+    return parse_rerank_list(recipe.evaluation.rerank, "evaluation.rerank", registry=registry)
 
 
 def _validate_component(path: str, kind: str, table: dict[str, Any], registry: Any, where: str) -> ComponentSpec:

@@ -170,9 +170,10 @@ class EvaluationSection(Params):
     pictures_queries: int = Field(16, ge=1, le=64, description="Queries (rows) in each retrieval picture.")
     pictures_k: int = Field(5, ge=1, le=20, description="Neighbours shown per query in the retrieval pictures.")
     rerank: list[Any] = Field(
-        default_factory=list, description="Re-ranking methods whose kNN metrics are reported besides the plain "
-        "ones, as <metric>+<label> (e.g. recall@1+aqe): tables {name = \"aqe\"|\"dba\"|\"krnn\", parameters..., "
-        "label = ...} or \"name:k=v,...\" strings; one table alone is accepted too. See docs/reranking.md.")
+        default_factory=list, description="Re-rankers whose kNN metrics are reported besides the plain ones, as "
+        "<metric>+<label> (e.g. recall@1+aqe): tables {name = \"aqe\", parameters..., label = ...} of a registered "
+        "re-ranker (`dmlplug list rerankers`) or \"name:k=v,...\" strings; one table alone is accepted too. See "
+        "docs/reranking.md.")
 
     @model_validator(mode="before")
     @classmethod
@@ -187,16 +188,9 @@ class EvaluationSection(Params):
 
     @field_validator("rerank", mode="before")
     @classmethod
-    def _rerank_methods(cls, value: Any) -> Any:
-        from dmlplug.errors import RecipeError
-        from dmlplug.evaluation.rerank_spec import parse_rerank_list
-
-        items = value if isinstance(value, list) else [value]
-        try:
-            parse_rerank_list(items)
-        except RecipeError as exc:  # pydantic reports a ValueError under the key's path
-            raise ValueError(f"{exc.where}: {exc.what} (fix: {exc.fix})") from None
-        return items
+    def _one_method_is_a_list(cls, value: Any) -> Any:
+        # The re-rankers are validated with the components, against the recipe's registry (recipe.loading).
+        return value if isinstance(value, list) else [value]
 
     @model_validator(mode="after")
     def _report_is_not_selected_on_test(self) -> EvaluationSection:

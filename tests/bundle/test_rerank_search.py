@@ -12,8 +12,13 @@ import dmlplug
 from dmlplug.bundle.errors import BundleError
 from dmlplug.bundle.index import ExactIndex, build_index
 from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
-from dmlplug.evaluation.rerank_spec import parse_rerank
-from tests.evaluation.test_reranking import _clustered, _dense_rank, _zhong_dense
+from dmlplug.evaluation.rerank_spec import parse_rerank as parse
+from dmlplug.plugins import get_host
+from tests.builtins.rerank.test_rerank_maths import _clustered, _dense_rank, _zhong_dense
+
+
+def parse_rerank(text):
+    return parse(text, registry=get_host().registry)
 
 
 def _weighted(c: np.ndarray, g: np.ndarray, rows: np.ndarray, alpha: float) -> np.ndarray:
@@ -47,14 +52,14 @@ def test_each_method_over_an_exact_index_equals_the_dense_oracle(vectors):
         assert not np.array_equal(rows, plain[:, :k]), text  # re-ranking changed something: the test can fail
 
 
-@pytest.mark.parametrize("codec", ["hnsw", "ivf", "binary"])
-def test_indexes_with_float_vectors_give_them_back_by_label(vectors, codec):
+@pytest.mark.parametrize("name", ["hnsw", "ivf", "binary"])
+def test_indexes_with_float_vectors_give_them_back_by_label(vectors, name, codec):
     g, q = vectors
-    index = build_index(g, [str(i) for i in range(len(g))], codec=codec)
+    index = build_index(g, [str(i) for i in range(len(g))], codec(name))
     np.testing.assert_array_equal(gallery_vectors(index, parse_rerank("dba")), g)  # labels are gallery rows
     _, found = reranked_search(index, q, 5, parse_rerank("krnn:k1=5,shortlist=30"))
     assert found.shape == (len(q), 5) and (found >= 0).all()
-    if codec != "hnsw":  # hnsw cannot remove items
+    if name != "hnsw":  # hnsw cannot remove items
         index.remove(np.array([0, 3]))
         vectors_after = gallery_vectors(index, parse_rerank("dba"))
         assert not vectors_after[[0, 3]].any()
@@ -64,10 +69,10 @@ def test_indexes_with_float_vectors_give_them_back_by_label(vectors, codec):
             assert not np.isin(found, [0, 3]).any(), text  # a removed item never comes back
 
 
-@pytest.mark.parametrize("codec", ["int8", "pq"])
-def test_an_index_of_compressed_codes_is_refused_with_the_indexes_that_rerank(vectors, codec):
+@pytest.mark.parametrize("name", ["int8", "pq", "binary:rescore_from=int8"])
+def test_an_index_of_compressed_codes_is_refused_with_the_indexes_that_rerank(vectors, name, codec):
     g, _ = vectors
-    index = build_index(g, [str(i) for i in range(len(g))], codec=codec)
+    index = build_index(g, [str(i) for i in range(len(g))], codec(name))
     with pytest.raises(BundleError, match="keeps only compressed codes") as info:
         gallery_vectors(index, parse_rerank("dba"))
     assert "--codec float32 (the default), ivf, hnsw or binary" in str(info.value)
@@ -86,4 +91,5 @@ def test_search_rerank_on_the_command_line(onnx_bundle, image_folder, cli, tmp_p
                                     rerank={"name": "krnn", "k1": 4, "k2": 2, "shortlist": 24})
     assert [len(r["matches"]) for r in results] == [6, 6]
     code, out, err = cli("search", onnx_bundle, tmp_path / "index", paths[2], "--rerank", "aqe:alpha=-1")
-    assert code == 2 and "aqe alpha must be >= 0.0" in err and "--rerank" in err and "Traceback" not in err
+    assert code == 2 and "reranker 'aqe'" in err and "--rerank.alpha: Input should be greater than or equal to 0" \
+        in err and "dmlplug list rerankers --params" in err and "Traceback" not in err

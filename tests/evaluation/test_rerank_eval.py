@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 import dmlplug
-from dmlplug.errors import RecipeError
+from dmlplug.errors import ComponentError
 from dmlplug.evaluation import EvalContext
 from dmlplug.evaluation.rerank_eval import rerank_metrics
 from dmlplug.evaluation.rerank_spec import parse_rerank_list
-from tests.evaluation.test_reranking import _zhong_dense
+from dmlplug.plugins import get_host
+from tests.builtins.rerank.test_rerank_maths import _zhong_dense
 
 
 def _metrics_of_ranking(order: np.ndarray, q_labels: np.ndarray, g_labels: np.ndarray) -> dict[str, float]:
@@ -54,7 +55,7 @@ def test_leave_one_out_reranked_metrics_equal_the_oracle(spec):
     n = len(x)
     self_pos = np.arange(n)
     plain = _oracle_rank(x, x, self_pos)
-    s = parse_rerank_list(spec)[0]
+    s = parse_rerank_list(spec, registry=get_host().registry)[0]
     if s.name == "aqe":
         q2 = np.stack([_weighted(x[i], x, plain[i, :3], 3.0) for i in range(n)]).astype(np.float32)
         order = _oracle_rank(q2, x, self_pos)
@@ -86,8 +87,8 @@ def test_query_gallery_split_with_krnn_shortlist_shorter_than_the_gallery():
     expected = _metrics_of_ranking(order, y[query], y[gallery])
     context = EvalContext(x, y, query_mask=query, gallery_mask=gallery)
     evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"])
-    got = rerank_metrics(evaluators, context, parse_rerank_list({"name": "krnn", "shortlist": shortlist,
-                                                                  "label": "k15"}))
+    specs = parse_rerank_list({"name": "krnn", "shortlist": shortlist, "label": "k15"}, registry=get_host().registry)
+    got = rerank_metrics(evaluators, context, specs)
     assert got["map@r+k15"] == pytest.approx(expected["map@r"], abs=1e-12)
     assert got["recall@1+k15"] == pytest.approx(expected["recall@1"], abs=1e-12)
 
@@ -103,7 +104,7 @@ def test_query_gallery_split_expansion_equals_the_oracle(spec):
     q, g = x[query], x[gallery]
     nq, ng = len(q), len(g)
     plain = _oracle_rank(q, g, np.full(nq, -1))
-    s = parse_rerank_list(spec)[0]
+    s = parse_rerank_list(spec, registry=get_host().registry)[0]
     if s.name == "aqe":
         q2 = np.stack([_weighted(q[i], g, plain[i, :3], 3.0) for i in range(nq)]).astype(np.float32)
         order = _oracle_rank(q2, g, np.full(nq, -1))
@@ -126,5 +127,5 @@ def test_only_knn_evaluators_are_rerun_and_bad_specs_fail_first():
     got = dmlplug.evaluate(x, y, ["recall", "nmi"], rerank=["aqe", {"name": "aqe", "n": 1, "label": "aqe1"}])
     assert {"recall@1+aqe", "recall@1+aqe1"} <= set(got)
     assert not any(key.startswith("nmi+") for key in got)
-    with pytest.raises(RecipeError, match="unknown re-ranking method"):
+    with pytest.raises(ComponentError, match="unknown reranker 'qe'"):
         dmlplug.evaluate(x, y, ["recall"], rerank="qe")

@@ -43,12 +43,12 @@ def test_only_neighbour_metrics_have_reranked_names():
 
 
 @pytest.mark.parametrize(("rerank", "message"), [
-    ([{"name": "aqee"}], "unknown re-ranking method 'aqee'.*did you mean 'aqe'"),
-    (["krnn:k1=0"], "krnn k1 must be >= 1"),
-    ([{"name": "dba", "alpha": "x"}], "dba alpha must be a number"),
+    ([{"name": "aqee"}], "unknown reranker 'aqee'.*did you mean 'aqe'"),
+    (["krnn:k1=0"], "evaluation.rerank\\[0\\].k1: Input should be greater than or equal to 1"),
+    ([{"name": "dba", "alpha": "x"}], "evaluation.rerank\\[0\\].alpha: Input should be a valid number"),
     ([{"name": "aqe"}, "aqe"], "two re-ranking methods are labelled 'aqe'"),
 ])
 def test_bad_rerank_is_a_clear_validate_error(rerank, message):
     with pytest.raises(DmlplugError, match=message) as info:
         dmlplug.validate(_recipe(rerank=rerank))
-    assert "rerank" in str(info.value)
+    assert "evaluation.rerank" in (info.value.where or "") and info.value.fix

@@ -1,13 +1,14 @@
-"""αQE, DBA and k-reciprocal re-ranking against dense brute-force oracles written from the papers' formulas."""
+"""The maths of the built-in re-rankers (αQE, DBA, k-reciprocal) against dense brute-force oracles written from the
+papers' formulas."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dmlplug.errors import RecipeError
-from dmlplug.evaluation.rerank_spec import parse_rerank, parse_rerank_list
-from dmlplug.evaluation.reranking import augment_gallery, expand_queries, k_reciprocal
+from dmlplug.evaluation.rerank_problem import gallery_knn
+from dmlplug_builtins.rerank.expansion import augment_gallery, expand_queries
+from dmlplug_builtins.rerank.kreciprocal import k_reciprocal
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -51,7 +52,8 @@ def test_aqe_with_alpha_zero_is_average_query_expansion():
 def test_dba_equals_the_dense_oracle_and_searches_as_it():
     g = _clustered(80, 8, 6, seed=5)
     n, alpha = 3, 3.0
-    augmented = augment_gallery(g, n=n, alpha=alpha, budget_bytes=1 << 12)  # tiny budget: many chunks
+    # tiny budgets: many chunks (the neighbours come from the problem's exact kNN, as in a re-ranking)
+    augmented = augment_gallery(g, gallery_knn(g, n, budget_bytes=1 << 12), alpha=alpha, budget_bytes=1 << 12)
     sims = g.astype(np.float64) @ g.astype(np.float64).T
     np.fill_diagonal(sims, -np.inf)  # its own vector is the item itself, not one of its neighbours
     oracle = np.empty_like(augmented, dtype=np.float64)
@@ -66,7 +68,7 @@ def test_dba_equals_the_dense_oracle_and_searches_as_it():
 
 def test_dba_on_a_gallery_smaller_than_n_uses_every_other_item():
     g = _clustered(3, 4, 2, seed=7)
-    augmented = augment_gallery(g, n=10, alpha=1.0)
+    augmented = augment_gallery(g, gallery_knn(g, 10, budget_bytes=1 << 20), alpha=1.0)
     sims = g.astype(np.float64) @ g.astype(np.float64).T
     for i in range(3):
         v = sum(max(sims[i, j], 0.0) ** 1.0 * g[j].astype(np.float64) for j in range(3) if j != i) + g[i]
@@ -129,30 +131,3 @@ def test_k_reciprocal_keeps_missing_entries_last_and_the_shortlist_set():
     assert (got[1, 9:] == -1).all()
     oracle = _zhong_dense(q[1], g[shortlist[1, :9]], 4, 2, 0.3)  # the same algorithm on {q} ∪ its 9 candidates
     np.testing.assert_array_equal(got[1, :9], shortlist[1, :9][oracle])
-
-
-# ---------------------------------------------------------------------------------------------------- specs
-def test_specs_from_text_and_tables_are_the_same():
-    assert parse_rerank("aqe:n=3,alpha=2") == parse_rerank({"name": "aqe", "n": 3, "alpha": 2})
-    assert parse_rerank("krnn").params == {"k1": 20, "k2": 6, "lambda": 0.3, "shortlist": 100}
-    assert [s.label for s in parse_rerank_list([{"name": "aqe"}, {"name": "aqe", "n": 9, "label": "aqe9"}])] == \
-        ["aqe", "aqe9"]
-    assert parse_rerank("dba:n=2,label=dba2") == parse_rerank({"name": "dba", "n": 2, "label": "dba2"})
-
-
-@pytest.mark.parametrize(("spec", "message"), [
-    ("aqx", "did you mean 'aqe'"),
-    ("aqe:m=3", "aqe has no parameter 'm'"),
-    ("aqe:n=0", "n must be >= 1"),
-    ("aqe:n=two", "n must be an integer"),
-    ("krnn:lambda=1.5", "lambda must be between 0.0 and 1.0"),
-    ("aqe:alpha=nan", "alpha must be a number"),
-    ({"name": "dba", "n": 2.5}, "n must be an integer"),
-    ({"n": 2}, "needs a name"),
-    (["aqe", "aqe"], "labelled 'aqe'"),
-    ({"name": "aqe", "label": "a+b"}, "must be a non-empty word"),
-    ("aqe:label=", "must be a non-empty word"),
-])
-def test_bad_specs_are_clear_errors(spec, message):
-    with pytest.raises(RecipeError, match=message):
-        parse_rerank_list(spec)

@@ -1,18 +1,9 @@
-"""Re-ranking of retrieval results: αQE, DBA and k-reciprocal re-ranking, in bounded memory.
+"""k-reciprocal re-ranking (Zhong et al. 2017) of each query's shortlist, in bounded memory (docs/reranking.md).
 
-The definitions, with their references, are in docs/reranking.md. Every method works on L2-normalised vectors
-(neighbours by Euclidean distance are then neighbours by cosine similarity) and never builds a gallery × gallery
-matrix:
-
-- :func:`expand_queries` (αQE, Radenović et al. 2018) needs each query's top-n gallery neighbours;
-- :func:`augment_gallery` (DBA) finds each gallery item's top-n gallery neighbours with the exact kNN search of
-  :func:`dmlplug.evaluation.knn.exact_knn` (which works in bounded blocks) and averages in row chunks;
-- :func:`k_reciprocal` (Zhong et al. 2017) re-ranks each query's shortlist of K candidates: the k-reciprocal
-  sets, the local query expansion and the Jaccard distance are computed among the query and its K candidates,
-  in batches of queries whose ``(K+1)²`` matrices fit the working-memory budget.
-
-Arrays are numpy; the maths runs in float64 (k-reciprocal's batched products in torch, imported when it runs) and
-the returned vectors are float32.
+:func:`k_reciprocal` re-ranks each query's shortlist of K candidates: the k-reciprocal sets, the local query
+expansion and the Jaccard distance are computed among the query and its K candidates, in batches of queries whose
+``(K+1)²`` matrices fit the working-memory budget. The maths runs in float64, its batched products in torch
+(imported when it runs).
 """
 
 from __future__ import annotations
@@ -21,86 +12,24 @@ from typing import Any
 
 import numpy as np
 
-from dmlplug.evaluation.knn import exact_knn, resolve_backend
-
-#: Bytes of working memory one float64 gallery row of a chunk may take (rows per chunk = budget / this).
-_ROW_COST = 8
+from dmlplug.evaluation.rerank_problem import normalise
+from dmlplug.protocols import RerankProblem
 
 
-def normalise(vectors: Any) -> np.ndarray:
-    """float32 rows scaled to unit length (a zero row stays zero)."""
-    x = np.asarray(vectors, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+class KReciprocal:
+    """``krnn``: the first ``shortlist`` neighbours of each query re-ordered; beyond them, the search's order."""
 
+    def __init__(self, k1: int, k2: int, lam: float, shortlist: int):
+        self.k1, self.k2, self.lam, self.shortlist = k1, k2, lam, shortlist
 
-def weighted_sum(centres: np.ndarray, gallery: np.ndarray, neighbours: np.ndarray, alpha: float,
-                 budget_bytes: int = 256 << 20) -> np.ndarray:
-    """``normalise(c + Σ_i max(c·g_i, 0)^alpha · g_i)`` over each row's valid neighbours ``g_i`` (float32).
-
-    The centre's own weight is ``(c·c)^alpha = 1`` for a unit vector. Similarities below zero get weight 0
-    (a negative base has no real power for non-integer alpha); ``alpha = 0`` weights every neighbour 1.
-
-    Args:
-        centres: ``M×D`` unit vectors (queries for αQE, gallery items for DBA).
-        gallery: ``G×D`` unit vectors.
-        neighbours: ``M×n`` gallery rows, ``-1`` for a missing neighbour.
-        alpha: The exponent α.
-        budget_bytes: Working memory for the gathered ``chunk × n × D`` neighbour vectors.
-    """
-    m, dim = centres.shape
-    n = neighbours.shape[1] if neighbours.ndim == 2 else 0
-    out = np.empty((m, dim), dtype=np.float32)
-    rows = max(1, budget_bytes // max(1, 3 * _ROW_COST * max(n, 1) * dim))
-    for start in range(0, m, rows):
-        c = centres[start:start + rows].astype(np.float64)
-        nb = neighbours[start:start + rows]
-        valid = nb >= 0
-        g = gallery[np.maximum(nb, 0)].astype(np.float64)  # chunk × n × D
-        sims = np.einsum("md,mnd->mn", c, g)
-        weights = np.where(valid, np.maximum(sims, 0.0) ** alpha, 0.0)
-        out[start:start + rows] = normalise(c + np.einsum("mn,mnd->md", weights, g))
-    return out
-
-
-def expand_queries(queries: Any, gallery: Any, neighbours: np.ndarray, *, alpha: float,
-                   budget_bytes: int = 256 << 20) -> np.ndarray:
-    """αQE: each query replaced by the normalised ``q + Σ_{i≤n} (q·g_i)^α g_i`` over its top-n neighbours.
-
-    Args:
-        queries: ``Q×D`` vectors (normalised here).
-        gallery: ``G×D`` vectors (normalised here).
-        neighbours: ``Q×n`` gallery rows of each query's n nearest neighbours (``-1``: none).
-        alpha: The exponent α (Radenović et al. use 3).
-        budget_bytes: Working-memory budget.
-
-    Returns:
-        ``Q×D`` float32 expanded queries, unit length.
-    """
-    return weighted_sum(normalise(queries), normalise(gallery), np.asarray(neighbours), alpha, budget_bytes)
-
-
-def augment_gallery(gallery: Any, *, n: int, alpha: float, backend: str = "auto",
-                    budget_bytes: int = 256 << 20) -> np.ndarray:
-    """DBA: each gallery item replaced by the normalised α-weighted sum of itself and its n nearest other items.
-
-    The neighbours come from :func:`~dmlplug.evaluation.knn.exact_knn` (canonical order, blocked search), so
-    no ``G×G`` matrix is built; only the ``G×n`` neighbour list and the new ``G×D`` gallery are held.
-
-    Args:
-        gallery: ``G×D`` vectors (normalised here).
-        n: Neighbours averaged into each item (its own vector excluded; fewer when the gallery is smaller).
-        alpha: The exponent α of the weights.
-        backend: kNN backend (``auto``, ``faiss-cpu``, ``torch``).
-        budget_bytes: Working-memory budget.
-
-    Returns:
-        ``G×D`` float32 augmented gallery, unit length.
-    """
-    g = normalise(gallery)
-    found, _ = exact_knn(g, g, n, self_pos=np.arange(len(g), dtype=np.int64), backend=resolve_backend(backend, False),
-                         budget_bytes=budget_bytes)
-    return weighted_sum(g, g, found, alpha, budget_bytes)
+    def rerank(self, problem: RerankProblem, k: int) -> np.ndarray:
+        """``k`` neighbours of each query, the first ``shortlist`` (at most the gallery) re-ranked."""
+        shortlist = min(self.shortlist, len(problem.gallery))
+        depth = None if problem.depth is None else np.maximum(problem.depth, shortlist)
+        found = np.array(problem.search(problem.queries, max(k, shortlist), depth), dtype=np.int64)
+        found[:, :shortlist] = k_reciprocal(problem.queries, problem.gallery, found[:, :shortlist], k1=self.k1,
+                                            k2=self.k2, lam=self.lam, budget_bytes=problem.budget_bytes)
+        return found[:, :k]
 
 
 def k_reciprocal(queries: Any, gallery: Any, shortlist: np.ndarray, *, k1: int = 20, k2: int = 6,
