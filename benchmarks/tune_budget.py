@@ -8,8 +8,8 @@ the epochs trained over all folds of all trials, read from the fold run director
 validation evaluation per trained epoch; a pruned fold counts the epochs it trained). Only the sampler, its
 seed and the pruner differ between the arms:
 
-- ``tpe``: TPE and the median pruner over the running fold mean, asked after every epoch (the space's
-  ``startup_trials``);
+- ``tpe``: TPE and the median pruner over the running fold mean, asked after every epoch (the ``startup_trials``
+  of the space's sampler and pruner);
 - ``tpe-fold``: the same, but the pruner is asked only when a fold ends (``prune_at = "fold"``): every trial
   trains its first fold, and trials are compared on whole folds' scores;
 - ``tpe-fold-p25``: the same at fold ends, but the percentile pruner at 25: only trials in the bottom quarter stop;
@@ -54,9 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "recipes" / "tune" / "budget.space.toml"
 ARMS = {"tpe": {"sampler": "tpe", "pruner": "median", "prune_at": "epoch"},
         "tpe-fold": {"sampler": "tpe", "pruner": "median", "prune_at": "fold"},
-        "tpe-fold-p25": {"sampler": "tpe", "pruner": "percentile", "percentile": 25.0, "prune_at": "fold"},
+        "tpe-fold-p25": {"sampler": "tpe", "pruner": {"name": "percentile", "percentile": 25.0}, "prune_at": "fold"},
         "tpe-none": {"sampler": "tpe", "pruner": "none"},
         "random": {"sampler": "random", "pruner": "none"}}
+#: The built-in samplers and pruners without parameters (the space file's do not apply to them).
+BARE = ("random", "none")
 #: The arm every other arm is measured against.
 BASELINE = "random"
 #: What --quick changes: a few images of a few classes, 1 epoch, a budget of two full trials.
@@ -66,16 +68,27 @@ QUICK_BUDGET = 4
 
 
 def arm_space(space: Path, arm: str, seed: int, folder: Path, quick: bool) -> Path:
-    """A copy of ``space`` for one arm and seed (sampler, seed, pruner replaced; the recipe path absolute)."""
+    """A copy of ``space`` for one arm and seed (sampler, seed, pruner replaced; the recipe path absolute).
+
+    The arm's sampler and pruner keep the parameters the space file gives its own (TPE's and the pruner's
+    ``startup_trials``), unless they take none.
+    """
     import tomli_w
 
     raw = tomllib.loads(space.read_text(encoding="utf-8"))
     raw["recipe"] = str((space.parent / raw["recipe"]).resolve())
     settings = raw.setdefault("tune", {})
-    settings.update(ARMS[arm], sampler_seed=seed)
+    for key in ("sampler", "pruner"):
+        given, chosen = settings.get(key), ARMS[arm][key]
+        table = {"name": chosen} if isinstance(chosen, str) else dict(chosen)
+        kept = {k: v for k, v in given.items() if k != "name"} if isinstance(given, dict) else {}
+        settings[key] = table if table["name"] in BARE else {**kept, **table}
+    settings.update({k: v for k, v in ARMS[arm].items() if k not in ("sampler", "pruner")}, sampler_seed=seed)
     if quick:
         # 28 classes give about 14 training classes: 2 folds; m is fixed at 2 (QUICK_SET) for batches of 8
-        settings.update(folds=2, startup_trials=1)
+        settings["folds"] = 2
+        if settings["pruner"]["name"] not in BARE:
+            settings["pruner"]["startup_trials"] = 1
         raw["params"].pop("data.sampler.m", None)
     path = folder / f"{arm}-{seed}.space.toml"
     path.write_text(tomli_w.dumps(raw), encoding="utf-8")
@@ -118,6 +131,7 @@ def run_study(arm: str, seed: int, space: str, budget: int, folder: str, overrid
     from optuna.trial import TrialState
 
     import dmlplug
+    from dmlplug.plugins import get_host
     from dmlplug_builtins.tune.report import load
     from dmlplug_builtins.tune.tune import tune
 
@@ -131,8 +145,8 @@ def run_study(arm: str, seed: int, space: str, budget: int, folder: str, overrid
 
     started = time.perf_counter()
     with contextlib.suppress(BudgetSpent):
-        tune(copy, tune_dir, trials=1_000_000, overrides=list(overrides), device="cpu", echo=lambda _: None,
-             runner=runner)
+        tune(copy, tune_dir, trials=1_000_000, registry=get_host().registry, overrides=list(overrides),
+             device="cpu", echo=lambda _: None, runner=runner)
     seconds = time.perf_counter() - started
     spent, rows = 0, []
     for trial in sorted(load(tune_dir, None)[1].trials, key=lambda t: t.number):

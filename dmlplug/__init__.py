@@ -31,8 +31,8 @@ __version__ = DMLPLUG_VERSION
 hookimpl = pluggy.HookimplMarker("dmlplug")
 
 __all__ = ["BuildContext", "ComponentTable", "Params", "TableOf", "__version__", "check_data", "create",
-           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "read_value", "recipe_field",
-           "run", "validate"]
+           "default_table", "evaluate", "export", "hookimpl", "load_bundle", "load_run", "plugin_host", "read_value",
+           "recipe_field", "run", "validate"]
 
 
 def run(recipe: Any, overrides: list[str] | dict[str, Any] | None = None, **options: Any) -> Any:
@@ -111,15 +111,30 @@ def create(kind: str, name: str, ctx: BuildContext | None = None, **params: Any)
     """
     import dataclasses
 
+    from dmlplug.plugins import get_host
     from dmlplug.tables import validate_table
 
     base = ctx if ctx is not None else BuildContext()
+    if base.host is None:  # the public entry point: the process's host, as the dmlplug command uses
+        base = base.changed(host=get_host())
     registry = base.registry()
     info = registry.get(kind, name)
     context_fields = {f.name for f in dataclasses.fields(BuildContext)}
     changes = {k: params.pop(k) for k in list(params) if k in context_fields and k not in info.params.model_fields}
     table = validate_table(kind, {**params, "name": info.name}, where=f"{info.kind}.{name}", registry=registry)
     return table.build(base.changed(**changes))
+
+
+def plugin_host() -> Any:
+    """The plugin host of this process (built-ins and installed plugins), loaded on first use.
+
+    It is what the ``dmlplug`` command runs with. Library code takes a host or a registry as an argument and never
+    reaches for this one; an entry point starts from it: a plugin's command (``register_commands``), a script, a
+    notebook (``dmlplug.plugin_host().registry``).
+    """
+    from dmlplug.plugins import get_host
+
+    return get_host()
 
 
 def evaluate(embeddings: Any, labels: Any, evaluators: list[Any] | None = None, **options: Any) -> dict[str, float]:

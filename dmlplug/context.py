@@ -63,6 +63,8 @@ class BuildContext:
             :meth:`build` and :meth:`rebuild` instead of using it.
         recipe_specs: The recipe's validated component specs by recipe path (``"loss"``, ``"miner"``,
             ``"regularizers[0]"`` …), inside a run. Engine-owned: plugins call :meth:`rebuild`.
+        search_space: The keys a ``dmlplug tune`` search samples, each as its Optuna distribution (tune
+            samplers: a grid reads the choices); ``None`` outside a search.
     """
 
     device: str = "cpu"
@@ -87,6 +89,7 @@ class BuildContext:
     building: str = ""
     host: Any = None
     recipe_specs: Mapping[str, Any] = field(default_factory=dict)
+    search_space: Mapping[str, Any] | None = None
 
     @overload
     def require(self, name: IntField) -> int: ...
@@ -99,6 +102,9 @@ class BuildContext:
 
     @overload
     def require(self, name: Literal["run_dir"]) -> Path: ...
+
+    @overload
+    def require(self, name: Literal["search_space"]) -> Mapping[str, Any]: ...
 
     @overload
     def require(self, name: ObjectField) -> Any: ...
@@ -169,11 +175,18 @@ class BuildContext:
         return dataclasses.replace(self, **changes) if changes else self
 
     def registry(self) -> Registry:
-        """The registry components are looked up in: the host's, or the process-wide host's."""
-        host = self.host
-        if host is None:
-            from dmlplug.plugins import get_host
+        """The registry components are looked up in: the host's.
 
-            host = get_host()
-        registry: Registry = host.registry
+        Raises:
+            ComponentError: The context has no host (a bare ``BuildContext()``): there is no registry to look a
+                name up in, and no other one is guessed.
+        """
+        if self.host is None:
+            from dmlplug.errors import ComponentError
+
+            raise ComponentError("this BuildContext has no plugin host to look component names up in",
+                                 where=self.building or "BuildContext",
+                                 fix="build it with BuildContext(host=...), or use dmlplug.create (the command's "
+                                     "host); a factory gets a context that has one")
+        registry: Registry = self.host.registry
         return registry

@@ -28,6 +28,7 @@ def collect(out: Path, oodml_numbers: Path) -> dict[str, Any]:
     """Every number of the page, from the study directory ``out`` and the ooDML study's ``.json``."""
     from glyphs_tune import SPACES
 
+    import dmlplug
     from dmlplug_builtins.tune.report import load
     from dmlplug_builtins.tune.space import load_space
 
@@ -37,7 +38,7 @@ def collect(out: Path, oodml_numbers: Path) -> dict[str, Any]:
     space = None
     for stem in settings["methods"]:
         tune_dir = out / "tunes" / stem
-        space = load_space(SPACES / f"{stem}.space.toml")
+        space = load_space(SPACES / f"{stem}.space.toml", registry=dmlplug.plugin_host().registry)
         metric = space.settings.metric
         _, study = load(tune_dir, None)
         states = {state: sum(1 for t in study.trials if t.state.name.lower() == state)
@@ -87,12 +88,13 @@ def protocol(settings: dict[str, Any], space: Any) -> dict[str, Any]:
     recipe = dmlplug.validate(str(space.recipe_path), [f"run.epochs={settings['epochs']}", *settings["overrides"]])
     data = recipe.resolved()["data"]
     dataset = data["dataset"]
+    # the page's numbers keep their keys: tpe_startup_trials is the TPE sampler's startup_trials
+    sampler, pruner = space.settings.sampler.to_dict(), space.settings.pruner.to_dict()
     return {"num_classes": dataset.get("num_classes"), "images_per_class": dataset.get("images_per_class"),
             "families": len(dataset.get("families") or []), "image_size": data.get("image_size"),
-            "batch_size": data["batch_size"], "folds": space.settings.folds, "sampler": space.settings.sampler,
-            "sampler_seed": space.settings.sampler_seed,
-            "tpe_startup_trials": space.settings.tpe_startup_trials,
-            "pruner": space.settings.pruner, "startup_trials": space.settings.startup_trials}
+            "batch_size": data["batch_size"], "folds": space.settings.folds, "sampler": sampler["name"],
+            "sampler_seed": space.settings.sampler_seed, "tpe_startup_trials": sampler.get("startup_trials"),
+            "pruner": pruner["name"], "startup_trials": pruner.get("startup_trials", 0)}
 
 
 # ------------------------------------------------------------------------------------------------------ render

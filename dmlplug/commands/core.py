@@ -65,7 +65,7 @@ def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
     from dmlplug.plugins import get_host
     from dmlplug.recipe import load_recipe
 
-    arguments = {"path": Path(recipe), "overrides": list(set_ or [])}
+    arguments = {"path": Path(recipe), "overrides": list(set_ or []), "registry": get_host().registry}
     claimed = [summary for _, summary in get_host().call_each("validate_file", lambda plugin: arguments,
                                                                reraise=(DmlplugError,)) if summary is not None]
     if claimed:
@@ -178,11 +178,15 @@ def cmd_plugin_new(
         help="Plugin name, e.g. my-loss (gives dmlplug-my-loss / dmlplug_my_loss); dmlplug-my-loss and "
         "dmlplug_my_loss give the same: the prefix is never doubled.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="Folder to create the plugin distribution in.")] = Path("."),
+    kind: Annotated[str, typer.Option("--kind", help="What the plugin registers: any component kind, singular or "
+                                      "plural (loss, miner, head, evaluator, reranker, index_codec, tune_pruner "
+                                      "...; `dmlplug list` shows them all).")] = "loss",
 ) -> None:
-    """Scaffold a pip-installable plugin distribution that registers a loss and passes its own tests."""
-    from dmlplug.scaffold import new_plugin, plugin_names
+    """Scaffold a pip-installable plugin distribution that registers one component and passes its own tests."""
+    from dmlplug.registry import singular
+    from dmlplug.scaffold import component_name, new_plugin, plugin_names
 
-    path = new_plugin(name, out)
+    path = new_plugin(name, out, kind)
     names = plugin_names(name)
-    typer.echo(f"created {path}: package {names['module']}, loss {names['loss']!r}\n"
+    typer.echo(f"created {path}: package {names['module']}, {singular(kind)} {component_name(name, kind)!r}\n"
                f"next: pip install -e {path} && python -m pytest -q {path / 'tests'}")

@@ -16,6 +16,8 @@ from dmlplug.protocols import ReportSection, RunView
 if TYPE_CHECKING:
     import typer
 
+    from dmlplug.registry import Registry
+
 
 @hookspec
 def register_commands(app: typer.Typer) -> None:
@@ -143,7 +145,7 @@ def on_run_end(run: RunView, status: str, error: BaseException | None) -> None:
 
 
 @hookspec
-def validate_file(path: Path, overrides: list[str]) -> str | None:
+def validate_file(path: Path, overrides: list[str], registry: Registry) -> str | None:
     """Check a file ``dmlplug validate`` is given that a plugin owns (not a recipe), such as a search space.
 
     Called on every plugin, one at a time, before the file is read as a recipe. A plugin that does not own the
@@ -152,6 +154,7 @@ def validate_file(path: Path, overrides: list[str]) -> str | None:
     Args:
         path: The file given to ``dmlplug validate``.
         overrides: Its ``--set`` strings.
+        registry: The registry of the command's plugin host: component names in the file resolve in it.
 
     Returns:
         A one-line summary printed after ``PATH: OK`` when the plugin owns the file and it is valid, else ``None``.
@@ -162,10 +165,10 @@ def validate_file(path: Path, overrides: list[str]) -> str | None:
     Example::
 
         @hookimpl
-        def validate_file(path, overrides):
+        def validate_file(path, overrides, registry):
             if not path.name.endswith(".space.toml"):
                 return None
-            check_my_space(path, overrides)   # raises a RecipeError naming what is wrong
+            check_my_space(path, overrides, registry)   # raises a RecipeError naming what is wrong
             return "search space"
     """
 

@@ -174,10 +174,15 @@ def cmd_oodml_run(
     """Train and evaluate RECIPE once per split and seed; finished runs are skipped on a rerun."""
     from dmlplug_builtins.oodml.sweep import run_sweep
 
-    if worker or storage:  # the shared runs are a grid on an Optuna study (docs/tune.md)
-        from dmlplug_builtins.tune.study import require_engine
+    if worker or storage:  # the shared runs are a grid on the tune plugin's engine (docs/tune.md)
+        import dmlplug
+        from dmlplug_builtins.oodml.sweep import require_tune
 
-        require_engine("dmlplug oodml run --worker", storage)
+        command = "dmlplug oodml run " + ("--worker" if worker else "--storage")
+        require_tune(dmlplug.plugin_host().registry, command)  # the host running this command
+        from dmlplug_builtins.tune.grid import require_engine
+
+        require_engine(command, storage)
 
     report = run_sweep(recipe, splits, seeds=int_list(seeds, "--seeds"), sweep_dir=out,
                        overrides=list(set_ or []), device=device, part=part,

@@ -13,7 +13,8 @@ Layout of a sweep directory::
 A run counts as finished when its ``results.json`` says ``"status": "completed"``; running the sweep
 again skips finished runs and starts unfinished ones afresh, so an interrupted sweep continues where
 it stopped. With ``--worker`` (or ``--storage``) the (split, seed) runs are the cells of a grid study on the
-engine of ``dmlplug tune`` (:func:`run_on_study`), so several processes and machines share one sweep. The
+public grid engine of the tune plugin (:mod:`dmlplug_builtins.tune.grid`, :func:`run_on_study`), so several
+processes and machines share one sweep; only they need the tune plugin (:func:`require_tune`). The
 ``--set`` overrides name keys of the original recipe: those under ``data.dataset`` are moved to the wrapped
 dataset (``data.dataset.root`` becomes ``data.dataset.dataset.root``). Nothing here
 imports torch at module level.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dmlplug.errors import DataError, RunError
+from dmlplug.errors import DataError, PluginError, RunError
 
 MANIFEST = "sweep.json"
 SPLITS = "splits.json"
@@ -41,6 +42,27 @@ PARTS = ("zero_shot", "few_shot_base")
 FORMAT = "dmlplug.oodml.sweep"
 #: The study of a sweep run by workers (``--worker``, ``--storage``).
 STUDY = "dmlplug-oodml"
+#: The plugin whose public grid engine (:mod:`dmlplug_builtins.tune.grid`) shares a sweep's runs between workers.
+GRID_PLUGIN = "tune"
+
+
+def require_tune(registry: Any, command: str) -> None:
+    """Fail unless the tune plugin, whose grid engine shares a sweep's runs between workers, is loaded.
+
+    ooDML needs it for ``--worker`` and ``--storage`` only. ``registry`` is the command's host's
+    (:meth:`dmlplug.BuildContext.registry`): a disabled plugin's package can still be imported.
+
+    Raises:
+        PluginError: The tune plugin is disabled, not installed, or failed to load.
+    """
+    error = registry.load_errors.get(GRID_PLUGIN)
+    if GRID_PLUGIN in registry.origins and error is None:
+        return
+    which = f"which failed to load ({error})" if error else "which is not loaded (disabled, or not installed)"
+    raise PluginError(f"{command} shares the runs between workers through the grid engine of the tune plugin, "
+                      + which, where=f"plugin {GRID_PLUGIN!r}",
+                      fix="enable the tune plugin (remove tune from DMLPLUG_DISABLE_PLUGINS; `dmlplug plugins` "
+                          "lists the loaded plugins), or run without --worker and --storage")
 
 
 def run_directory(sweep_dir: str | Path, split_id: int, seed: int) -> Path:
@@ -203,7 +225,7 @@ def run_sweep(
                        where="--study", fix="add --worker (or --storage URL), or leave out --study")
     name = None
     if shared:
-        from dmlplug_builtins.tune.study import open_storage, resolve_study_name
+        from dmlplug_builtins.tune.grid import open_storage, resolve_study_name
 
         name = resolve_study_name(Path(sweep_dir) / MANIFEST, study_name, STUDY)
         if storage is not None:  # an unreachable database is an error before anything is written
@@ -245,7 +267,7 @@ def run_sweep(
 def run_on_study(report: SweepReport, split_ids: Sequence[int], seeds: Sequence[int], split_paths: dict[int, Path],
                  forwarded: Sequence[str], *, storage: str | None, worker: bool, device: str | None, quiet: bool,
                  runner: Callable[..., Any], echo: Callable[[str], None], study_name: str = STUDY) -> SweepReport:
-    """The sweep's (split, seed) runs as the cells of a grid study (``dmlplug_builtins.tune.grid``).
+    """The sweep's (split, seed) runs as the cells of a grid study (the tune plugin's public grid engine).
 
     Any number of ``--worker`` processes (and machines, with a database ``storage``) share the runs: each is
     trained exactly once, a lost worker's run is failed and trained again once; the journal file (default) is

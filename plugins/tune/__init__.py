@@ -4,14 +4,18 @@ It registers
 
 * dataset ``tune_fold``: any registered dataset's training classes dealt into ``k`` class-disjoint folds, fold
   ``i`` validating (its test classes are dropped: a search never sees them);
+* tune samplers ``tpe``, ``random``, ``cmaes``, ``qmc``, ``grid`` (:mod:`.samplers`) and tune pruners ``median``,
+  ``percentile``, ``none`` (:mod:`.pruners`), named by a space file's ``[tune] sampler`` and ``pruner``;
 * the commands ``dmlplug tune run | validate | report`` and ``dmlplug sweep run | validate | report`` (a grid of
   values and seeds, :mod:`.sweep`), and ``dmlplug validate NAME.space.toml | NAME.sweep.toml`` (hook
   ``validate_file``).
 
-Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.study` (storage,
-sampler, pruner, lost workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop,
-reproductions), :mod:`.launch` (a fold run as a torchrun job), :mod:`.report`, :mod:`.grid` (a fixed grid of
-runs on a study: ``sweep``, ``oodml run --worker``), :mod:`.sweep`, :mod:`.sweep_report` and :mod:`.commands`.
+Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.samplers` and
+:mod:`.pruners` (the built-in ones), :mod:`.study` (storage, the study with the space's sampler and pruner, lost
+workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop, reproductions),
+:mod:`.launch` (a fold run as a torchrun job), :mod:`.report`, :mod:`.grid` (the public grid engine: a fixed grid
+of runs on a study, for ``sweep`` and other plugins' commands such as ``oodml run --worker``), :mod:`.sweep`,
+:mod:`.sweep_report` and :mod:`.commands`.
 Neither torch nor optuna is imported here. See docs/tune.md.
 """
 
@@ -72,6 +76,34 @@ def register_datasets(register: Register) -> None:
 
 
 @hookimpl
+def register_tune_samplers(register: Register) -> None:
+    """Register the Optuna samplers ``tpe``, ``random``, ``cmaes``, ``qmc`` and ``grid``."""
+    from dmlplug_builtins.tune import samplers
+
+    register("tpe", samplers.build_tpe, params=samplers.TpeParams,
+             description="Tree-structured Parzen estimator, multivariate and grouped for conditional spaces; "
+                         "with a seed, trial n draws from a seed of its own (resumed searches continue the draws).")
+    register("random", samplers.build_random,
+             description="Independent uniform draws; with a seed, trial n draws from a seed of its own.")
+    register("cmaes", samplers.build_cmaes, description="CMA-ES over the numeric keys (the others at random).")
+    register("qmc", samplers.build_qmc, description="Quasi-Monte Carlo: the points of a Sobol sequence.")
+    register("grid", samplers.build_grid,
+             description="Every combination of the choices once (categorical parameters only).")
+
+
+@hookimpl
+def register_tune_pruners(register: Register) -> None:
+    """Register the Optuna pruners ``median``, ``percentile`` and ``none``."""
+    from dmlplug_builtins.tune import pruners
+
+    register("median", pruners.build_median, params=pruners.MedianParams,
+             description="Stops a trial below the median of the others at the same step (the running fold mean).")
+    register("percentile", pruners.build_percentile, params=pruners.PercentileParams,
+             description="Stops a trial below a percentile of the others at the same step.")
+    register("none", pruners.build_none, description="Never stops a trial.")
+
+
+@hookimpl
 def register_commands(app: Any) -> None:
     """Add ``dmlplug tune run | validate | report``."""
     import typer
@@ -93,7 +125,7 @@ def register_commands(app: Any) -> None:
 
 
 @hookimpl
-def validate_file(path: Path, overrides: list[str]) -> str | None:
+def validate_file(path: Path, overrides: list[str], registry: Any) -> str | None:
     """``dmlplug validate NAME.space.toml`` or ``NAME.sweep.toml``: check a space or grid against its recipe."""
     if path.name.endswith(".sweep.toml"):
         from dmlplug_builtins.tune.sweep import load_grid
@@ -104,6 +136,6 @@ def validate_file(path: Path, overrides: list[str]) -> str | None:
         return None
     from dmlplug_builtins.tune.space import check_space, load_space
 
-    space = load_space(path)
+    space = load_space(path, registry=registry)
     check_space(space, list(overrides))
     return f"search space of {len(space.params)} parameters over {space.recipe_path}"

@@ -6,7 +6,7 @@ the CLI starts without torch or optuna.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -39,9 +39,9 @@ def cmd_tune_run(
 
     require_engine("dmlplug tune run", storage)
 
-    tune(space, dir_, trials=trials, storage=storage, overrides=list(set_ or []), device=device,
-         reproductions=0 if worker else reproductions, echo=typer.echo, nproc_per_node=nproc_per_node,
-         study_name=study)
+    tune(space, dir_, trials=trials, registry=_registry(), storage=storage, overrides=list(set_ or []),
+         device=device, reproductions=0 if worker else reproductions, echo=typer.echo,
+         nproc_per_node=nproc_per_node, study_name=study)
 
 
 def cmd_tune_validate(
@@ -51,9 +51,16 @@ def cmd_tune_validate(
     """Check a space file against its recipe (keys, bounds, choices) without running anything."""
     from dmlplug_builtins.tune.space import check_space, load_space
 
-    loaded = load_space(space)
+    loaded = load_space(space, registry=_registry())
     check_space(loaded, list(set_ or []))
     typer.echo(f"{space}: OK ({len(loaded.params)} parameters, recipe {loaded.recipe_path})")
+
+
+def _registry() -> Any:
+    """The registry of the plugin host running the command (where a space's sampler and pruner are looked up)."""
+    import dmlplug
+
+    return dmlplug.plugin_host().registry
 
 
 def cmd_tune_report(

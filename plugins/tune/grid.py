@@ -1,11 +1,21 @@
-"""A fixed grid of runs on an Optuna study: each cell trained exactly once, by any number of workers.
+"""The public grid engine of the tune plugin: a grid of runs on an Optuna study, each trained once by any worker.
 
-``dmlplug sweep`` (configurations × seeds) and ``dmlplug oodml run --worker`` (splits × seeds) are grids: every
-cell is one ordinary run, known in advance. The cells are queued in the study as waiting trials
-(``study.enqueue_trial``) with the cell's name in the user attribute ``cell``; a worker takes a waiting trial
-with the storage's own atomic ``WAITING -> RUNNING`` change (one worker wins each trial, on the journal file as
-on a database), trains its cell and tells the study the outcome. No sampler is consulted: a worker that finds no
-waiting trial stops, so no trial outside the grid is ever created.
+``dmlplug sweep`` (configurations × seeds) and other plugins' commands, such as ``dmlplug oodml run --worker``
+(splits × seeds), are grids: every cell is one ordinary run, known in advance. This module is their interface
+(:data:`__all__`, docs/tune.md, "The grid engine"); a plugin that uses it imports nothing else of the tune
+plugin, and checks that the tune plugin is loaded before it imports this module, so that its commands fail with
+one clear error when the tune plugin is disabled (ooDML: :func:`dmlplug_builtins.oodml.sweep.require_tune`).
+
+A user: :func:`require_engine` (Optuna, and the driver a ``--storage`` URL needs, are installed), then
+:func:`resolve_study_name` (the study's name a directory records), :func:`open_grid_study`, the grid as
+:class:`Cell` objects, :func:`work` (with a ``run_cell`` that trains one cell and returns its metrics), and
+:func:`tally` / :func:`outcomes` to read the study back.
+
+The cells are queued in the study as waiting trials (``study.enqueue_trial``) with the cell's name in the user
+attribute ``cell``; a worker takes a waiting trial with the storage's own atomic ``WAITING -> RUNNING`` change
+(one worker wins each trial, on the journal file as on a database), trains its cell and tells the study the
+outcome. No sampler is consulted: a worker that finds no waiting trial stops, so no trial outside the grid is
+ever created.
 
 Lost workers are handled as in ``dmlplug tune`` (the process ids of this machine's running cells, and Optuna's
 heartbeat on a database, recorded here by a small thread): the lost cell is failed with its reason and queued again once
@@ -32,14 +42,21 @@ from dmlplug_builtins.tune.study import (
     REASON_ATTR,
     TAKEN_ATTR,
     WORKER_ATTR,
-    _hidden,
     open_storage,
     recover_lost_trials,
+    require_engine,
+    resolve_study_name,
     retried_numbers,
     take_mark,
+    without_password,
     worker_id,
 )
 
+__all__ = ["CELL_ATTR", "DUPLICATE_ATTR", "METRIC_PREFIX", "VALUES_ATTR", "Cell", "GridProgress", "open_grid_study",
+           "open_storage", "outcomes", "queue_cells", "require_engine", "resolve_study_name", "retried_numbers",
+           "tally", "work"]
+
+#: User attributes of a cell's trial: its name, its values, the trial it duplicates; ``metric:NAME`` its metrics.
 CELL_ATTR = "cell"
 VALUES_ATTR = "values"
 DUPLICATE_ATTR = "duplicate_of"
@@ -81,7 +98,7 @@ def open_grid_study(directory: Path, storage_url: str | None, study_name: str, i
     elif stored != identity:
         raise RunError(f"the study {study_name!r} in this storage belongs to another sweep (another recipe, "
                        "--set overrides or split file)",
-                       where=_hidden(storage_url) if storage_url else str(directory / JOURNAL),
+                       where=without_password(storage_url) if storage_url else str(directory / JOURNAL),
                        fix="use a new directory (with a database, also another --study) for another sweep, or rerun "
                            "the original one")
     return study

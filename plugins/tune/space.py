@@ -7,6 +7,10 @@ A space file names its recipe and lists the recipe keys to search, each written 
     [tune]                               # the protocol (all optional)
     metric = "map@r"                     # objective: mean over the folds of this validation metric
     folds = 4
+    sampler = "tpe"                      # a registered tune sampler (`dmlplug list tune_samplers`), by name ...
+    [tune.pruner]                        # ... or as a table with its parameters
+    name = "median"
+    warmup_epochs = 2
 
     [params."optimizer.lr"]
     type = "float"
@@ -35,17 +39,21 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from dmlplug import read_value
+from dmlplug import ComponentTable, TableOf, default_table, read_value
 from dmlplug.errors import RecipeError
 from dmlplug.params import Params
 
-SAMPLERS = ("tpe", "random", "cmaes", "qmc", "grid")
-PRUNERS = ("median", "percentile", "none")
 PRUNE_AT = ("epoch", "fold")
+#: ``[tune]`` keys of earlier space files that are now parameters of the sampler or the pruner:
+#: old key -> (table, its key there, the built-in components that take it).
+MOVED = {"tpe_startup_trials": ("sampler", "startup_trials", ("tpe",)),
+         "startup_trials": ("pruner", "startup_trials", ("median", "percentile")),
+         "warmup_epochs": ("pruner", "warmup_epochs", ("median", "percentile")),
+         "percentile": ("pruner", "percentile", ("percentile",))}
 
 
 class ParamSpec(Params):
@@ -100,56 +108,70 @@ class TuneSettings(Params):
     direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether larger is better.")
     folds: int = Field(4, ge=2, description="Class-disjoint folds of the training classes.")
     fold_seed: int = Field(0, ge=0, description="Seed of the fold assignment.")
-    sampler: Literal[SAMPLERS] = Field("tpe", description="Optuna sampler: " + ", ".join(SAMPLERS) + ".")  # type: ignore[valid-type]
+    sampler: Annotated[ComponentTable, TableOf("tune_samplers")] = Field(
+        default=default_table("tpe"), description="How trials' values are chosen: a registered tune sampler "
+        "(`dmlplug list tune_samplers`: tpe, random, cmaes, qmc, grid), by name or as a table with its parameters "
+        '({name = "tpe", startup_trials = 20}).')
     sampler_seed: int | None = Field(None, description="Seed of the sampler (None: fresh randomness).")
-    tpe_startup_trials: int = Field(10, ge=0, description="Trials TPE draws at random before it models the space "
-                                    "(Optuna's n_startup_trials; its default is 10).")
-    pruner: Literal[PRUNERS] = Field("median", description="Pruner over the running mean of the folds: "  # type: ignore[valid-type]
-                                     + ", ".join(PRUNERS) + ".")
-    percentile: float = Field(50.0, gt=0, lt=100, description="Percentile of the percentile pruner.")
-    startup_trials: int = Field(5, ge=0, description="Trials finished before the pruner prunes.")
-    warmup_epochs: int = Field(0, ge=0, description="Trial-epochs every trial trains before the pruner may stop "
-                               "it (Optuna's n_warmup_steps; the recipe's run.epochs lets every trial finish its "
-                               "first fold).")
+    pruner: Annotated[ComponentTable, TableOf("tune_pruners")] = Field(
+        default=default_table("median"), description="What stops unpromising trials, on the running mean of the "
+        "folds: a registered tune pruner (`dmlplug list tune_pruners`: median, percentile, none), by name or as a "
+        'table with its parameters ({name = "median", warmup_epochs = 2}).')
     prune_at: Literal[PRUNE_AT] = Field("epoch", description="When the pruner looks: after every validated "  # type: ignore[valid-type]
                                         "epoch, or only when a fold ends (the running mean of whole folds).")
+
+    @field_validator("sampler", "pruner", mode="before")
+    @classmethod
+    def _name_alone(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value  # sampler = "tpe" is {name = "tpe"}
 
 
 class SpaceFile(Params):
     """A whole space file."""
 
     recipe: str = Field(description="The recipe, relative to the space file.")
-    tune: TuneSettings = Field(default_factory=TuneSettings, description="Protocol settings.")
+    # validated from {} so that the default sampler and pruner are looked up in the registry given to load_space
+    tune: TuneSettings = Field(default_factory=dict, description="Protocol settings.")  # type: ignore[assignment]
     params: dict[str, ParamSpec] = Field(description="Searched recipe keys.")
 
 
-class Space:
-    """A loaded space: its file, settings, parameters and the recipe it tunes."""
+class SearchSpace:
+    """Searched keys and the recipe they belong to (what :func:`check_space` checks; a sweep's grid is one)."""
+
+    def __init__(self, path: Path, recipe: str, params: dict[str, ParamSpec]):
+        self.path = path
+        self.params = params
+        self.recipe_path = (path.parent / recipe).resolve()
+
+
+class Space(SearchSpace):
+    """A loaded space file: its parameters, the recipe it tunes and its ``[tune]`` settings."""
 
     def __init__(self, path: Path, spec: SpaceFile):
-        self.path = path
-        self.spec = spec
+        super().__init__(path, spec.recipe, spec.params)
         self.settings = spec.tune
-        self.params = spec.params
-        self.recipe_path = (path.parent / spec.recipe).resolve()
 
     def identity(self, overrides: list[str]) -> str:
         """A hash of what makes trials comparable: recipe text, overrides, protocol and parameters."""
-        settings = self.settings.model_dump(mode="json")
-        for key in ("sampler", "sampler_seed", "tpe_startup_trials", "pruner", "percentile", "startup_trials",
-                    "warmup_epochs", "prune_at"):
-            settings.pop(key)  # how trials are chosen, not what they measure
+        # how trials are chosen and stopped, not what they measure
+        settings = self.settings.model_dump(mode="json", exclude={"sampler", "sampler_seed", "pruner", "prune_at"})
         blob = {"recipe": self.recipe_path.read_text(encoding="utf-8"), "overrides": list(overrides),
                 "settings": settings, "params": {k: v.model_dump(mode="json") for k, v in self.params.items()}}
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
 
-def load_space(path: str | Path) -> Space:
+def load_space(path: str | Path, *, registry: Any) -> Space:
     """Read and structurally validate a space file.
 
+    Args:
+        path: The space file.
+        registry: Where ``[tune] sampler`` and ``pruner`` are looked up (the command's registry,
+            :meth:`dmlplug.BuildContext.registry`).
+
     Raises:
-        RecipeError: Missing file, invalid TOML, unknown or ill-formed entries, a condition on a key that is no
-            earlier categorical parameter, or a missing recipe.
+        RecipeError: Missing file, invalid TOML, unknown or ill-formed entries (an unknown sampler or pruner
+            among them), a ``[tune]`` key that moved into the sampler's or pruner's table, a condition on a key
+            that is no earlier categorical parameter, or a missing recipe.
     """
     file = Path(path)
     if not file.is_file():
@@ -158,13 +180,16 @@ def load_space(path: str | Path) -> Space:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"{file} is not valid TOML: {exc}", where=str(file)) from None
+    if isinstance(raw.get("tune"), dict):
+        _refuse_moved_keys(raw["tune"], file)
     try:
-        spec = SpaceFile.model_validate(raw)
+        spec = SpaceFile.model_validate(raw, context={"registry": registry})
     except ValidationError as exc:
         first = exc.errors()[0]
         place = ".".join(str(p) for p in first["loc"])
-        raise RecipeError(f"{place}: {first['msg']}", where=f"{file}: {place}",
-                          fix="see docs/tune.md for the space format") from None
+        message, _, fix = first["msg"].removeprefix("Value error, ").partition("; fix: ")
+        raise RecipeError(f"{place}: {message}", where=f"{file}: {place}",
+                          fix=fix or "see docs/tune.md for the space format") from None
     if not spec.params:
         raise RecipeError("the space has no [params.\"...\"] entries", where=str(file),
                           fix='add e.g. [params."optimizer.lr"] type = "float" low = 1e-4 high = 1e-2 log = true')
@@ -183,7 +208,46 @@ def load_space(path: str | Path) -> Space:
     return space
 
 
-def condition_overrides(space: Space, key: str) -> dict[str, Any]:
+def _refuse_moved_keys(tune: dict[str, Any], file: Path) -> None:
+    """Raise on ``[tune]`` keys that are now parameters of the sampler or the pruner, saying where each goes."""
+    found = [key for key in MOVED if key in tune]
+    if not found:
+        return
+    tables: dict[str, list[str]] = {}
+    dropped = []
+    for key in found:
+        table, moved_to, takers = MOVED[key]
+        given = tune.get(table, "tpe" if table == "sampler" else "median")
+        name = given.get("name") if isinstance(given, dict) else given
+        if name not in takers:  # it never applied to this sampler or pruner
+            dropped.append(key)
+            continue
+        tables.setdefault(table, [f"name = {json.dumps(name)}"]).append(f"{moved_to} = {json.dumps(tune[key])}")
+    fixes = [f"write [tune.{table}] " + " ".join(lines) for table, lines in tables.items()]
+    if dropped:
+        fixes.append("delete " + ", ".join(dropped) + " (the named sampler or pruner never used it)")
+    raise RecipeError(f"[tune] {', '.join(found)}: these settings moved into the tables of the sampler and the "
+                      "pruner", where=f"{file}: tune.{found[0]}", fix="; ".join(fixes) + " (docs/tune.md)")
+
+
+def distributions(space: SearchSpace) -> dict[str, Any]:
+    """The searched keys as Optuna distributions, as :func:`suggest` samples them (``ctx.search_space``)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    result: dict[str, Any] = {}
+    for key, param in space.params.items():
+        if param.type == "categorical":
+            result[key] = CategoricalDistribution(list(param.choices or ()))
+        elif param.type == "int":
+            result[key] = IntDistribution(int(param.low or 0), int(param.high or 0), log=param.log,
+                                          step=int(param.step) if param.step else 1)
+        else:
+            result[key] = FloatDistribution(float(param.low or 0), float(param.high or 0), log=param.log,
+                                            step=param.step)
+    return result
+
+
+def condition_overrides(space: SearchSpace, key: str) -> dict[str, Any]:
     """Overrides that make ``key`` active: the first value of each of its conditions (recursively)."""
     result: dict[str, Any] = {}
     param = space.params[key]
@@ -193,7 +257,7 @@ def condition_overrides(space: Space, key: str) -> dict[str, Any]:
     return result
 
 
-def check_space(space: Space, overrides: list[str]) -> None:
+def check_space(space: SearchSpace, overrides: list[str]) -> None:
     """Check every parameter against the recipe, before anything runs.
 
     Args:
@@ -262,7 +326,7 @@ def _pairs(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def suggest(trial: Any, space: Space) -> dict[str, Any]:
+def suggest(trial: Any, space: SearchSpace) -> dict[str, Any]:
     """Sample a trial's values (inactive conditional parameters are not sampled); returns ``{key: value}``."""
     chosen: dict[str, Any] = {}
     for key, param in space.params.items():

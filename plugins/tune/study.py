@@ -1,4 +1,4 @@
-"""The Optuna study of a tune directory: storage, sampler, pruner, and the space it belongs to.
+"""The Optuna study of a tune directory: storage, the space's sampler and pruner, and the space it belongs to.
 
 Layout of a tune directory::
 
@@ -116,7 +116,7 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
             if type(exc).__name__ == "IntegrityError" and attempt < 2:
                 time.sleep(1.0 + attempt)
                 continue
-            raise RunError(f"cannot open the study storage {_hidden(url)}: {type(exc).__name__}: "
+            raise RunError(f"cannot open the study storage {without_password(url)}: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}", where="--storage",
                            fix="check that the database server runs and the URL (user, password, host, port, "
                                "database) is right") from None
@@ -186,8 +186,8 @@ def _connect_args(url: str) -> dict[str, Any]:
     return {"connect_timeout": 10} if url.startswith("postgres") else {}
 
 
-def _hidden(url: str) -> str:
-    """``url`` without its password."""
+def without_password(url: str) -> str:
+    """``url`` without its password (``postgresql://user:***@host/db``), for messages."""
     head, at, tail = url.rpartition("@")
     if not at or ":" not in head.split("//", 1)[-1]:
         return url
@@ -195,116 +195,34 @@ def _hidden(url: str) -> str:
     return f"{scheme}//{credentials.split(':', 1)[0]}:***@{tail}"
 
 
-def make_sampler(name: str, seed: int | None, space: Any) -> Any:
-    """An Optuna sampler by name (``tpe`` with multivariate grouping for conditional spaces).
-
-    With a seed, ``tpe`` and ``random`` draw each trial's values from a seed of its own, derived from the seed and
-    the trial's number (:func:`trial_sampler`): a restarted command or a second worker, each opening the study
-    with the same seed, would otherwise repeat the first process's draws; so trial ``n`` gets the same values
-    whichever process runs it, and a search resumed after anything samples what an uninterrupted one would have.
-    """
-    import optuna
-
-    if name == "tpe":
-        def tpe(trial_seed: int | None) -> Any:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group: stable since 2.8
-                return optuna.samplers.TPESampler(seed=trial_seed, multivariate=True, group=True,
-                                                  n_startup_trials=space.settings.tpe_startup_trials)
-
-        return tpe(None) if seed is None else trial_sampler(tpe, seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler() if seed is None else trial_sampler(
-            lambda trial_seed: optuna.samplers.RandomSampler(seed=trial_seed), seed)
-    if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed)
-    if name == "qmc":
-        return optuna.samplers.QMCSampler(seed=seed)
-    grid = {}
-    for key, param in space.params.items():
-        if param.type != "categorical":
-            raise RunError(f"the grid sampler needs categorical parameters only; {key} is a {param.type} range",
-                           where=f"{space.path}: params.\"{key}\"", fix="list its values as choices")
-        grid[key] = list(param.choices)
-    return optuna.samplers.GridSampler(grid, seed=seed)
-
-
-def trial_sampler(make: Any, seed: int) -> Any:
-    """A sampler that asks ``make(the trial's seed)`` for each trial's values.
-
-    Right for TPE and random search, which keep no state of their own between trials (what TPE learns is in the
-    study's trials); the trial's seed is a hash of ``seed`` and its number.
-    """
-    import hashlib
-
-    import optuna
-
-    class PerTrialSeeded(optuna.samplers.BaseSampler):
-        def __init__(self) -> None:
-            self._samplers: dict[int, Any] = {}
-
-        def _of(self, trial: Any) -> Any:
-            number = int(trial.number)
-            if number not in self._samplers:
-                digest = hashlib.sha256(f"dmlplug-tune:{seed}:{number}".encode()).digest()
-                self._samplers = {number: make(int.from_bytes(digest[:4], "little"))}  # only the current trial's
-            return self._samplers[number]
-
-        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
-            return self._of(trial).infer_relative_search_space(study, trial)
-
-        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
-            return self._of(trial).sample_relative(study, trial, search_space)
-
-        def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
-            return self._of(trial).sample_independent(study, trial, param_name, param_distribution)
-
-        def before_trial(self, study: Any, trial: Any) -> None:
-            self._of(trial).before_trial(study, trial)
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            self._of(trial).after_trial(study, trial, state, values)
-
-        def reseed_rng(self) -> None:  # the seeds are the trials' own
-            pass
-
-    return PerTrialSeeded()
-
-
-def make_pruner(settings: Any) -> Any:
-    """The pruner: median or percentile over the running mean of the folds, or none.
-
-    Steps are trial-epochs counted from 1 (:class:`~dmlplug_builtins.tune.trials.FoldReporter`), so Optuna's
-    ``n_warmup_steps = warmup_epochs`` first prunes a trial once it has trained ``warmup_epochs`` epochs.
-    """
-    import optuna
-
-    if settings.pruner == "none":
-        return optuna.pruners.NopPruner()
-    percentile = 50.0 if settings.pruner == "median" else settings.percentile
-    return optuna.pruners.PercentilePruner(percentile, n_startup_trials=settings.startup_trials,
-                                          n_warmup_steps=settings.warmup_epochs)
-
-
 def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None, name: str = STUDY) -> Any:
     """Create or load the study called ``name``; refuse one made for another space.
+
+    The space's ``[tune] sampler`` is built with ``ctx.seed`` = ``[tune] sampler_seed`` and ``ctx.search_space``
+    = the searched keys as Optuna distributions; its ``pruner`` with the same context.
 
     Raises:
         RunError: The storage is unreachable, or its study was created with another space or recipe.
     """
     import optuna
 
+    from dmlplug import BuildContext
+    from dmlplug_builtins.tune.space import distributions
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    settings = space.settings
+    # seed None is fresh randomness (the register_tune_samplers contract; BuildContext types a run's seed as int)
+    context = BuildContext(seed=settings.sampler_seed, search_space=distributions(space))
     storage = open_storage(tune_dir, storage_url)
-    study = optuna.create_study(study_name=name, storage=storage, direction=space.settings.direction,
-                                sampler=make_sampler(space.settings.sampler, space.settings.sampler_seed, space),
-                                pruner=make_pruner(space.settings), load_if_exists=True)
+    study = optuna.create_study(study_name=name, storage=storage, direction=settings.direction,
+                                sampler=settings.sampler.build(context), pruner=settings.pruner.build(context),
+                                load_if_exists=True)
     stored = study.user_attrs.get(SPACE_ATTR)
     if stored is None:
         study.set_user_attr(SPACE_ATTR, identity)
     elif stored != identity:
         raise RunError(f"the study {name!r} was created with another space, recipe or --set overrides",
-                       where=storage_url and _hidden(storage_url) or str(tune_dir / JOURNAL),
+                       where=storage_url and without_password(storage_url) or str(tune_dir / JOURNAL),
                        fix="use a new --dir (with a database, also another --study) for a changed search, or run "
                            "the original one")
     return study

@@ -147,7 +147,7 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
             an empty grid or no seeds; nothing is written.
     """
     import dmlplug
-    from dmlplug_builtins.tune.space import ParamSpec, Space, SpaceFile, check_space
+    from dmlplug_builtins.tune.space import ParamSpec, SearchSpace, check_space
 
     path = Path(target)
     if not path.is_file():
@@ -177,7 +177,7 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
     chosen = parse_seeds(seeds) if seeds is not None else list(spec.sweep.seeds)
     if not chosen or min(chosen) < 0:
         raise RecipeError("the sweep has no seeds", where=f"{path}: sweep.seeds", fix="e.g. seeds = [0, 1, 2]")
-    space = Space(path, SpaceFile(recipe=spec.recipe, params=params))
+    space = SearchSpace(path, spec.recipe, params)
     if not space.recipe_path.is_file():
         raise RecipeError(f"the sweep's recipe {spec.recipe} does not exist (looked for {space.recipe_path})",
                           where=f"{path}: recipe", fix="give the recipe path relative to the sweep file")
@@ -190,7 +190,7 @@ def load_grid(target: str | Path, grid: Sequence[str] = (), seeds: str | None = 
                                   fix="declare the parameter of the condition first")
         declared.append(key)
     validated = dmlplug.validate(str(space.recipe_path), list(overrides))  # the recipe as every run trains it
-    command_line = Space(path, SpaceFile(recipe=spec.recipe, params=from_cli))
+    command_line = SearchSpace(path, spec.recipe, from_cli)
     command_line.path = Path("--grid")  # the values came from the command line: name it in the messages
     check_space(command_line, list(overrides))
     check_space(space, list(overrides))  # the file's keys (with their conditions, which may name --grid keys)

@@ -21,11 +21,12 @@ from dmlplug.errors import DmlplugError, RecipeError, RunError
 MANIFEST = "tune.json"
 
 
-def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[str],
-            study: str | None = None) -> tuple[Any, Path, str]:
+def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[str], study: str | None = None, *,
+            registry: Any) -> tuple[Any, Path, str]:
     """Load and check the space, write the fold recipe and manifest; returns ``(space, tune dir, identity)``.
 
-    The manifest records the study's name (``study``, else the one recorded, else ``dmlplug-tune``).
+    The manifest records the study's name (``study``, else the one recorded, else ``dmlplug-tune``); the space's
+    sampler and pruner are looked up in ``registry``.
 
     Raises:
         RecipeError: The space or the recipe is invalid (nothing is written then).
@@ -38,7 +39,7 @@ def prepare(space_path: str | Path, tune_dir: str | Path, overrides: Sequence[st
     from dmlplug_builtins.tune.trials import RECIPE, fold_recipe, wrapped_key
 
     name = resolve_study_name(Path(tune_dir) / MANIFEST, study, STUDY)
-    space = load_space(space_path)
+    space = load_space(space_path, registry=registry)
     check_space(space, list(overrides))
     raw = tomllib.loads(space.recipe_path.read_text(encoding="utf-8"))
     recipe = fold_recipe(raw, space.settings)
@@ -73,7 +74,7 @@ def _metric_names(validated: Any) -> list[str]:
     return names
 
 
-def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: str | None = None,
+def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, registry: Any, storage: str | None = None,
          overrides: Sequence[str] = (), device: str | None = None, reproductions: int = 0,
          echo: Callable[[str], None] = print, runner: Any = None, nproc_per_node: int = 1,
          poll: float = 5.0, study_name: str | None = None) -> Any:
@@ -84,7 +85,8 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     recovering lost ones, and running a lost one's retry itself) before it reproduces the best. With
     ``nproc_per_node`` above 1 every fold run and reproduction is a torchrun job of that many processes
     (:mod:`.launch`). ``study_name`` names the study in its storage (default: the one the directory records, else
-    ``dmlplug-tune``), so one database can hold several searches.
+    ``dmlplug-tune``), so one database can hold several searches; ``registry`` is where the space's ``[tune]``
+    sampler and pruner are looked up (the command's).
 
     Returns:
         The Optuna study.
@@ -96,8 +98,8 @@ def tune(space_path: str | Path, tune_dir: str | Path, *, trials: int, storage: 
     from dmlplug_builtins.tune.trials import RECIPE, objective
 
     fresh = not (Path(tune_dir) / MANIFEST).is_file()
-    space, directory, identity = prepare(space_path, tune_dir, overrides, study_name)
-    if space.settings.sampler == "grid":  # every combination once: a grid has no more trials to give
+    space, directory, identity = prepare(space_path, tune_dir, overrides, study_name, registry=registry)
+    if space.settings.sampler.name == "grid":  # every combination once: a grid has no more trials to give
         trials = min(trials, math.prod(len(p.choices or ()) for p in space.params.values()))
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     try:

@@ -144,10 +144,12 @@ class FilePlugin:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Path, list[str]]] = []
+        self.registries: list[object] = []
 
     @dmlplug.hookimpl
-    def validate_file(self, path, overrides):
+    def validate_file(self, path, overrides, registry):
         self.calls.append((path, overrides))
+        self.registries.append(registry)
         if not path.name.endswith(".hooks.toml"):
             return None
         if "ok = true" not in path.read_text():
@@ -162,12 +164,13 @@ def test_validate_file_lets_a_plugin_check_its_own_files(use_host, tmp_path, cap
     from dmlplug.cli import main
 
     plugin = FilePlugin()
-    use_host((plugin, "hooks_files"))
+    host = use_host((plugin, "hooks_files"))
     good = tmp_path / "a.hooks.toml"
     good.write_text("ok = true\n")
     main(["validate", str(good), "--set", "x=1"])
     assert capsys.readouterr().out == f"{good}: OK (hooks file, 1 override(s))\n"
     assert plugin.calls == [(good, ["x=1"])]
+    assert plugin.registries == [host.registry]  # the command's host's, to resolve names in the file
     bad = tmp_path / "b.hooks.toml"
     bad.write_text("ok = false\n")
     with pytest.raises(SystemExit) as exit_info:

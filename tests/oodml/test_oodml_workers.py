@@ -15,8 +15,7 @@ from postgres import postgres_server, server_binaries
 
 from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, save_splits
 from dmlplug_builtins.oodml.sweep import STUDY, run_directory, run_sweep
-from dmlplug_builtins.tune.grid import outcomes
-from dmlplug_builtins.tune.study import open_storage
+from dmlplug_builtins.tune.grid import open_storage, outcomes
 
 State = optuna.trial.TrialState
 

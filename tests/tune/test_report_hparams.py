@@ -7,7 +7,7 @@ import pytest
 from optuna.trial import TrialState
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
-from tiny import write_tiny
+from tiny import registry, write_tiny
 
 from dmlplug_builtins.tune.hparams import STATE_CODES
 from dmlplug_builtins.tune.report import write_report
@@ -33,7 +33,7 @@ def scripted_search(tmp_path):
     """Four trials through the real tune loop and fold reporter: complete, pruned at its first step, failed,
     complete; the runner reports scripted per-epoch scores to the trial's hook instead of training."""
     space = write_tiny(tmp_path)
-    text = space.read_text().replace('pruner = "none"', 'pruner = "median"\nstartup_trials = 1') + SPACE_EXTRA
+    text = space.read_text().replace('pruner = "none"', 'pruner = {name = "median", startup_trials = 1}') + SPACE_EXTRA
     space.write_text(text)
     scores = iter([0.5, 0.7,   # trial 0: folds 0.5, 0.7
                    0.1,        # trial 1: fold 0 reports 0.1 at step 1, below trial 0's 0.5: pruned
@@ -47,7 +47,7 @@ def scripted_search(tmp_path):
         hooks[0].on_eval_end(None, 1, "val", {"map@r": value})  # may raise TrialPruned, as in a real run
         return Result(value)
 
-    return tune(space, tmp_path / "t", trials=4, runner=runner, echo=lambda _: None)
+    return tune(space, tmp_path / "t", trials=4, registry=registry(), runner=runner, echo=lambda _: None)
 
 
 def plugin_content(accumulator, tag):

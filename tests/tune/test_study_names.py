@@ -8,7 +8,7 @@ import optuna
 import pytest
 from e2e import TINY_RECIPE
 from postgres import postgres_server, server_binaries
-from tiny import Scored, scoring_runner, write_tiny
+from tiny import Scored, registry, scoring_runner, write_tiny
 
 from dmlplug.errors import RunError
 from dmlplug_builtins.oodml.splitfile import OodSplit, SplitFile, save_splits
@@ -40,15 +40,16 @@ def other_space(tmp_path):
 
 def test_a_directory_keeps_its_study_name(tmp_path):
     space = write_tiny(tmp_path)
-    tune(space, tmp_path / "t", trials=1, study_name="lr-search", runner=scoring_runner, **QUIET)
+    tune(space, tmp_path / "t", trials=1, registry=registry(), study_name="lr-search", runner=scoring_runner, **QUIET)
     assert json.loads((tmp_path / "t" / "tune.json").read_text())["study"] == "lr-search"
-    study = tune(space, tmp_path / "t", trials=2, runner=scoring_runner, **QUIET)  # no --study: the recorded one
+    study = tune(space, tmp_path / "t", trials=2, registry=registry(),
+                 runner=scoring_runner, **QUIET)  # no --study: the recorded one
     assert study.study_name == "lr-search" and len(study.trials) == 2
     assert load(tmp_path / "t", None)[1].study_name == "lr-search"
     with pytest.raises(RunError, match="belongs to the study 'lr-search', not 'other'"):
-        tune(space, tmp_path / "t", trials=3, study_name="other", runner=scoring_runner, **QUIET)
+        tune(space, tmp_path / "t", trials=3, registry=registry(), study_name="other", runner=scoring_runner, **QUIET)
     with pytest.raises(RunError, match="is not a study name"):
-        tune(space, tmp_path / "u", trials=1, study_name=" ", runner=scoring_runner, **QUIET)
+        tune(space, tmp_path / "u", trials=1, registry=registry(), study_name=" ", runner=scoring_runner, **QUIET)
     assert not (tmp_path / "u").exists()
 
 
@@ -59,12 +60,14 @@ def test_one_database_holds_several_searches_and_sweeps(tmp_path):
         OodSplit(id=1, fid=1.0, train=["a", "b"], test=["c", "d"], split_train=["a"], split_val=["b"], episodes={})]))
     (tmp_path / "r.toml").write_text(TINY_RECIPE)
     with postgres_server() as url:
-        tune(first, tmp_path / "ms", trials=2, storage=url, study_name="ms", runner=scoring_runner, **QUIET)
-        tune(second, tmp_path / "arc", trials=3, storage=url, study_name="arc", runner=scoring_runner, **QUIET)
-        tune(second, tmp_path / "default", trials=1, storage=url, runner=scoring_runner, **QUIET)
+        tune(first, tmp_path / "ms", trials=2, registry=registry(),
+             storage=url, study_name="ms", runner=scoring_runner, **QUIET)
+        tune(second, tmp_path / "arc", trials=3, registry=registry(),
+             storage=url, study_name="arc", runner=scoring_runner, **QUIET)
+        tune(second, tmp_path / "default", trials=1, registry=registry(), storage=url, runner=scoring_runner, **QUIET)
         # Without a name of its own, a second search lands on the default study, made with another space.
         with pytest.raises(RunError, match="the study 'dmlplug-tune' was created with another space"):
-            tune(first, tmp_path / "clash", trials=1, storage=url, runner=scoring_runner, **QUIET)
+            tune(first, tmp_path / "clash", trials=1, registry=registry(), storage=url, runner=scoring_runner, **QUIET)
         sweep(first.parent / "recipe.toml", tmp_path / "grid", grid=["optimizer.lr=0.001,0.01"], storage=url,
               study_name="lr-grid", runner=lambda *a, out, **k: Scored(0.5), **QUIET)
         run_sweep(tmp_path / "r.toml", splits, seeds=[0, 1], sweep_dir=tmp_path / "oodml", storage=url,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tiny import write_tiny
+from tiny import registry, write_tiny
 
 from dmlplug.errors import RecipeError
 from dmlplug_builtins.tune.launch import MetricsTail, TorchrunRunner
@@ -101,11 +101,13 @@ def fake_runner(value, epochs):
 @pytest.mark.slow
 def test_a_pruned_trial_stops_its_torchrun_job(tmp_path):
     space = write_tiny(tmp_path)
-    space.write_text(space.read_text().replace('pruner = "none"', 'pruner = "median"\nstartup_trials = 1'))
+    space.write_text(space.read_text().replace('pruner = "none"', 'pruner = {name = "median", startup_trials = 1}'))
     sets = ["run.epochs=100"]
-    tune(space, tmp_path / "t", trials=1, overrides=sets, runner=fake_runner(1.0, 100), echo=lambda _: None)
+    tune(space, tmp_path / "t", trials=1, registry=registry(),
+         overrides=sets, runner=fake_runner(1.0, 100), echo=lambda _: None)
     # The second trial runs as a torchrun job: its first epoch is below the perfect first trial, so it is pruned.
-    study = tune(space, tmp_path / "t", trials=2, overrides=sets, nproc_per_node=2, echo=lambda _: None)
+    study = tune(space, tmp_path / "t", trials=2, registry=registry(),
+                 overrides=sets, nproc_per_node=2, echo=lambda _: None)
     pruned = study.trials[1]
     assert pruned.state == State.PRUNED and list(pruned.intermediate_values) == [1]
     fold = tmp_path / "t" / "trials" / "trial-0001" / "fold-0"
@@ -121,7 +123,8 @@ def test_a_failed_torchrun_job_is_the_trials_fail_reason(tmp_path):
     space = write_tiny(tmp_path)
     space.write_text(space.read_text().split('[params."optimizer.lr"]')[0] + '[params."loss.alpha"]\n'
                      'type = "float"\nlow = 0.5\nhigh = 4.0\n')
-    study = tune(space, tmp_path / "t", trials=1, overrides=["optimizer.lr=1e30", "run.epochs=2"], nproc_per_node=2,
+    study = tune(space, tmp_path / "t", trials=1, registry=registry(),
+                 overrides=["optimizer.lr=1e30", "run.epochs=2"], nproc_per_node=2,
                  echo=lambda _: None)
     failed = study.trials[0]
     assert failed.state == State.FAIL
@@ -132,7 +135,7 @@ def test_a_failed_torchrun_job_is_the_trials_fail_reason(tmp_path):
 def test_a_batch_that_does_not_divide_into_the_ranks_is_refused_before_training(tmp_path):
     space = write_tiny(tmp_path)
     with pytest.raises(RecipeError, match=r"data.batch_size = 8 \(the global batch\) does not divide into 3"):
-        tune(space, tmp_path / "t", trials=1, nproc_per_node=3, echo=lambda _: None)
+        tune(space, tmp_path / "t", trials=1, registry=registry(), nproc_per_node=3, echo=lambda _: None)
     assert not (tmp_path / "t" / "trials").exists()
 
 

@@ -58,12 +58,20 @@ def test_headline_compares_each_arm_with_the_others_final_best(bench):
 
 
 def test_every_arm_is_a_valid_space_with_its_settings(bench, tmp_path):
+    from dmlplug.plugins import get_host
     from dmlplug_builtins.tune.space import load_space
 
     for arm, settings in bench.ARMS.items():
-        space = load_space(bench.arm_space(bench.SPACE, arm, 3, tmp_path, quick=False))
-        assert {key: getattr(space.settings, key) for key in settings} == settings
-        assert space.settings.sampler_seed == 3 and space.recipe_path == (bench.SPACE.parent / "budget.toml")
+        space = load_space(bench.arm_space(bench.SPACE, arm, 3, tmp_path, quick=False), registry=get_host().registry)
+        chosen = space.settings
+        assert chosen.prune_at == settings.get("prune_at", "epoch")
+        for key in ("sampler", "pruner"):
+            wanted = settings[key] if isinstance(settings[key], dict) else {"name": settings[key]}
+            assert wanted.items() <= getattr(chosen, key).to_dict().items()
+        # the space file's start-up trials stay with TPE and with a pruner that takes them
+        assert chosen.sampler.to_dict().get("startup_trials", 4) == 4
+        assert chosen.pruner.to_dict().get("startup_trials", 4) == 4
+        assert chosen.sampler_seed == 3 and space.recipe_path == (bench.SPACE.parent / "budget.toml")
 
 
 def test_quick_run_end_to_end(bench, tmp_path, capsys, single_thread):

@@ -4,7 +4,7 @@ results.json), not `failed`; the trial is pruned in Optuna and its later folds n
 import json
 
 from optuna.trial import TrialState
-from tiny import write_tiny
+from tiny import registry, write_tiny
 
 import dmlplug
 from dmlplug_builtins.tune.tune import tune
@@ -16,7 +16,7 @@ class Result:
 
 def test_the_pruned_fold_run_says_pruned(tmp_path, single_thread):
     space = write_tiny(tmp_path)
-    space.write_text(space.read_text().replace('pruner = "none"', 'pruner = "median"\nstartup_trials = 1'))
+    space.write_text(space.read_text().replace('pruner = "none"', 'pruner = {name = "median", startup_trials = 1}'))
     calls = []
 
     def runner(recipe, overrides, *, hooks, **options):
@@ -26,7 +26,7 @@ def test_the_pruned_fold_run_says_pruned(tmp_path, single_thread):
             return Result()
         return dmlplug.run(recipe, overrides, hooks=hooks, **options)  # trial 1: a real run, pruned at step 1
 
-    study = tune(space, tmp_path / "t", trials=2, runner=runner, echo=lambda _: None)
+    study = tune(space, tmp_path / "t", trials=2, registry=registry(), runner=runner, echo=lambda _: None)
     assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.PRUNED]
     fold = tmp_path / "t" / "trials" / "trial-0001" / "fold-0"
     results = json.loads((fold / "results.json").read_text())

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from e2e import run_cli
+from tiny import registry
 
 import dmlplug
 from dmlplug.errors import RecipeError, RunError
@@ -81,7 +82,7 @@ def test_a_good_space_validates_and_samples_only_active_parameters(tmp_path):
         low = 0.0
         high = 0.5
         when = {"loss.name" = "contrastive"}
-    """))
+    """), registry=registry())
     check_space(space, [])
     assert condition_overrides(space, "loss.pos_margin") == {"loss.name": "contrastive"}
 
@@ -120,14 +121,58 @@ def test_a_good_space_validates_and_samples_only_active_parameters(tmp_path):
 ])
 def test_bad_spaces_are_refused_with_the_parameter_named(tmp_path, body, message):
     with pytest.raises(RecipeError, match=message) as caught:
-        check_space(load_space(write_space(tmp_path, body)), [])
+        check_space(load_space(write_space(tmp_path, body), registry=registry()), [])
     assert str(tmp_path / "s.space.toml") in (caught.value.where or "")
+
+
+LR = '[params."optimizer.lr"]\ntype = "float"\nlow = 1e-4\nhigh = 1e-2\n'
+
+
+def test_sampler_and_pruner_are_a_name_or_a_table_and_do_not_change_the_study(tmp_path):
+    plain = load_space(write_space(tmp_path, LR), registry=registry())
+    assert plain.settings.sampler.to_dict() == {"name": "tpe", "startup_trials": 10}
+    assert plain.settings.pruner.to_dict() == {"name": "median", "startup_trials": 5, "warmup_epochs": 0}
+    named = load_space(write_space(tmp_path, '[tune]\nsampler = "random"\npruner = "none"\n' + LR),
+                       registry=registry())
+    assert (named.settings.sampler.to_dict(), named.settings.pruner.to_dict()) == ({"name": "random"},
+                                                                                   {"name": "none"})
+    tables = load_space(write_space(tmp_path, '[tune]\nsampler_seed = 3\nprune_at = "fold"\n[tune.sampler]\n'
+                                    'name = "tpe"\nstartup_trials = 2\n[tune.pruner]\nname = "percentile"\n'
+                                    'percentile = 25.0\n' + LR), registry=registry())
+    assert tables.settings.sampler.params.startup_trials == 2 and tables.settings.pruner.params.percentile == 25.0
+    # how trials are chosen and stopped is no part of what they measure: the study is the same
+    assert plain.identity([]) == named.identity([]) == tables.identity([])
+
+
+@pytest.mark.parametrize(("tune", "what", "fix"), [
+    ('sampler = "tpee"', "unknown tune_sampler 'tpee' (did you mean 'tpe'", "dmlplug list tune_samplers"),
+    ('pruner = {name = "median", percentile = 20}', "percentile: unknown key", "dmlplug list tune_pruners --params"),
+    ('tpe_startup_trials = 8\nstartup_trials = 4\nwarmup_epochs = 2',
+     "[tune] tpe_startup_trials, startup_trials, warmup_epochs: these settings moved",
+     'write [tune.sampler] name = "tpe" startup_trials = 8; write [tune.pruner] name = "median" startup_trials = 4 '
+     "warmup_epochs = 2"),
+    ('pruner = "percentile"\npercentile = 25.0', "[tune] percentile: these settings moved",
+     'write [tune.pruner] name = "percentile" percentile = 25.0'),
+    ('pruner = "none"\nstartup_trials = 4', "[tune] startup_trials", "delete startup_trials"),
+])
+def test_unknown_samplers_and_the_old_keys_are_refused_with_the_fix(tmp_path, tune, what, fix):
+    with pytest.raises(RecipeError) as caught:
+        load_space(write_space(tmp_path, f"[tune]\n{tune}\n" + LR), registry=registry())
+    assert what in caught.value.what and fix in (caught.value.fix or ""), caught.value
+
+
+def test_the_grid_sampler_refuses_a_range(tmp_path):
+    space = load_space(write_space(tmp_path, '[tune]\nsampler = "grid"\n' + LR), registry=registry())
+    with pytest.raises(RunError, match="the grid sampler needs categorical parameters only; optimizer.lr is a "
+                                       "float range"):
+        open_study(tmp_path / "t", space, "identity", None)
 
 
 def test_unreachable_storage_and_another_space_are_refused(tmp_path):
     with pytest.raises(RunError, match="cannot open the study storage postgresql://u:\\*\\*\\*@127.0.0.1:9/x"):
         open_storage(tmp_path, "postgresql://u:secret@127.0.0.1:9/x")
-    space = load_space(write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n'))
+    space = load_space(write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n'),
+                       registry=registry())
     open_study(tmp_path / "t", space, "identity-a", None)
     open_study(tmp_path / "t", space, "identity-a", None)  # the same space reopens its study
     with pytest.raises(RunError, match="created with another space"):
@@ -139,7 +184,8 @@ def test_a_search_whose_storage_fails_leaves_no_new_directory_behind(tmp_path):
 
     space = write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n')
     with pytest.raises(RunError, match="cannot open the study storage"):
-        tune(space, tmp_path / "t", trials=1, storage="postgresql://u@127.0.0.1:9/x", echo=lambda _: None)
+        tune(space, tmp_path / "t", trials=1, registry=registry(),
+             storage="postgresql://u@127.0.0.1:9/x", echo=lambda _: None)
     assert not (tmp_path / "t").exists()  # neither the manifest nor the fold recipe prepare() wrote
     (tmp_path / "u").mkdir()
     (tmp_path / "u" / "notes.txt").write_text("kept")  # an existing directory keeps what was already there
@@ -160,7 +206,7 @@ def test_cli_refuses_a_bad_space_with_exit_code_2(tmp_path):
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "recipes").rglob("*.space.toml")),
                          ids=lambda p: p.name)
 def test_every_shipped_space_validates(path):
-    check_space(load_space(path), [])
+    check_space(load_space(path, registry=registry()), [])
 
 
 def test_the_documented_space_is_the_shipped_one():

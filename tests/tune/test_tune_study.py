@@ -9,13 +9,12 @@ import statistics
 import optuna
 import pytest
 from scipy import stats
-from tiny import write_tiny
+from tiny import registry, write_tiny
 
 import dmlplug
 from dmlplug.plugins import get_host
+from dmlplug.tables import validate_table
 from dmlplug_builtins.tune.report import load, write_report
-from dmlplug_builtins.tune.space import TuneSettings
-from dmlplug_builtins.tune.study import make_pruner
 from dmlplug_builtins.tune.trials import FoldReporter
 from dmlplug_builtins.tune.tune import tune
 
@@ -27,11 +26,13 @@ def results(run_dir):
 def test_search_resume_reproduce_and_report(tmp_path, single_thread):
     space = write_tiny(tmp_path)
     lines = []
-    study = tune(space, tmp_path / "t", trials=1, echo=lines.append)
+    study = tune(space, tmp_path / "t", trials=1, registry=registry(), echo=lines.append)
     assert len(study.trials) == 1 and lines == [f"[1/1] trial 0: complete {study.trials[0].value:.4f}"]
-    study = tune(space, tmp_path / "t", trials=1, echo=lines.append)  # enough trials already: nothing runs
+    study = tune(space, tmp_path / "t", trials=1, registry=registry(),
+                 echo=lines.append)  # enough trials already: nothing runs
     assert len(study.trials) == 1
-    study = tune(space, tmp_path / "t", trials=2, reproductions=2, echo=lines.append)  # continues with one more
+    study = tune(space, tmp_path / "t", trials=2, registry=registry(),
+                 reproductions=2, echo=lines.append)  # continues with one more
     assert [t.number for t in study.trials] == [0, 1]
     val_classes = []
     for trial in study.trials:
@@ -102,9 +103,11 @@ def test_fold_reporter_reports_the_running_mean_and_prunes():
     assert study.trials[2].intermediate_values == {3: pytest.approx(0.3)}
 
 
-def study_with_one_trial(settings):
-    """A study with ``make_pruner(settings)`` and one complete trial that reported 0.5, 0.6, 0.7, 0.8 at steps 1-4."""
-    study = optuna.create_study(direction="maximize", pruner=make_pruner(settings))
+def study_with_one_trial(**pruner):
+    """A study with the median pruner (these parameters) and one complete trial that reported 0.5, 0.6, 0.7, 0.8 at
+    steps 1-4."""
+    table = validate_table("tune_pruners", {"name": "median", **pruner}, registry=registry())
+    study = optuna.create_study(direction="maximize", pruner=table.build(dmlplug.BuildContext()))
     first = study.ask()
     for step, value in enumerate([0.5, 0.6, 0.7, 0.8], start=1):
         first.report(value, step)
@@ -113,10 +116,10 @@ def study_with_one_trial(settings):
 
 
 def test_warmup_epochs_keeps_the_pruner_off_until_a_trial_has_trained_them():
-    poor = study_with_one_trial(TuneSettings(startup_trials=1)).ask()
+    poor = study_with_one_trial(startup_trials=1).ask()
     poor.report(0.0, 1)
     assert poor.should_prune()  # by default the first epoch may prune
-    warm = study_with_one_trial(TuneSettings(startup_trials=1, warmup_epochs=2)).ask()
+    warm = study_with_one_trial(startup_trials=1, warmup_epochs=2).ask()
     warm.report(0.0, 1)
     assert not warm.should_prune()
     warm.report(0.0, 2)
@@ -124,7 +127,7 @@ def test_warmup_epochs_keeps_the_pruner_off_until_a_trial_has_trained_them():
 
 
 def test_prune_at_fold_asks_the_pruner_only_when_a_fold_ends():
-    study = study_with_one_trial(TuneSettings(startup_trials=1, prune_at="fold"))
+    study = study_with_one_trial(startup_trials=1)
     reporter = FoldReporter(study.ask(), fold=0, epochs=2, metric="map@r", finished=[], prune_at="fold")
     reporter.on_eval_end(None, 1, "val", {"map@r": 0.0})  # below the median at step 1, but mid-fold: goes on
     with pytest.raises(optuna.TrialPruned, match="fold 0, epoch 2"):
@@ -142,7 +145,7 @@ def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return dmlplug_result(0.25)
 
-    study = tune(space, tmp_path / "t", trials=2, runner=runner, echo=lambda _: None)
+    study = tune(space, tmp_path / "t", trials=2, registry=registry(), runner=runner, echo=lambda _: None)
     states = [t.state for t in study.trials]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
     assert study.trials[0].user_attrs["fail_reason"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -168,7 +171,8 @@ choices = [1.0, 2.0, 3.0]
 type = "categorical"
 choices = [2, 4]
 """)
-    study = tune(space, tmp_path / "t", trials=50, runner=lambda *a, **k: dmlplug_result(0.5), echo=lambda _: None)
+    study = tune(space, tmp_path / "t", trials=50, registry=registry(),
+                 runner=lambda *a, **k: dmlplug_result(0.5), echo=lambda _: None)
     combinations = sorted((t.params["loss.alpha"], t.params["data.sampler.m"]) for t in study.trials)
     assert combinations == [(a, m) for a in (1.0, 2.0, 3.0) for m in (2, 4)]
 
@@ -177,7 +181,8 @@ def test_report_puts_several_searches_side_by_side(tmp_path):
     space = write_tiny(tmp_path)
     for name, value in (("ms", 0.4), ("arc", 0.6)):
         scores = iter([value, value + 0.1, value + 0.2, value + 0.3] * 3)
-        tune(space, tmp_path / name, trials=3, runner=lambda *a, s=scores, **k: dmlplug_result(next(s)),
+        tune(space, tmp_path / name, trials=3, registry=registry(),
+             runner=lambda *a, s=scores, **k: dmlplug_result(next(s)),
              echo=lambda _: None)
     table = write_report([str(tmp_path / "ms"), str(tmp_path / "arc")], out=str(tmp_path / "cmp"))
     rows = [line for line in table.splitlines() if line.startswith("| ms") or line.startswith("| arc")]

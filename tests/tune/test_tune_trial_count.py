@@ -6,7 +6,7 @@ import time
 
 import optuna
 import pytest
-from tiny import scoring_runner, write_tiny
+from tiny import registry, scoring_runner, write_tiny
 
 from dmlplug_builtins.tune.report import load
 from dmlplug_builtins.tune.study import counted
@@ -21,11 +21,12 @@ def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits
     tune_dir = tmp_path / "t"
     lines = []
     options = {"runner": scoring_runner, "echo": lines.append, "poll": 0.05}
-    tune(space, tune_dir, trials=1, **options)
+    tune(space, tune_dir, trials=1, registry=registry(), **options)
     _, study = load(tune_dir, None)
     elsewhere = study.ask()  # a trial another (live) worker is running: it carries no mark of a dead process
 
-    tune(space, tune_dir, trials=3, **options)  # 1 counted + 1 running elsewhere: one more trial makes 3
+    tune(space, tune_dir, trials=3, registry=registry(),
+         **options)  # 1 counted + 1 running elsewhere: one more trial makes 3
     assert [t.state for t in study.get_trials()] == [State.COMPLETE, State.RUNNING, State.COMPLETE]
 
     told = []
@@ -41,7 +42,7 @@ def test_running_trials_of_other_workers_count_and_the_reproducing_command_waits
 
     finisher = threading.Thread(target=other_worker_finishes)
     finisher.start()
-    tune(space, tune_dir, trials=3, reproductions=1, **options)
+    tune(space, tune_dir, trials=3, registry=registry(), reproductions=1, **options)
     finisher.join()
     summary = tune_dir / "reproductions" / "summary.json"
     assert WAITING in lines
@@ -61,9 +62,9 @@ def test_a_new_directory_another_worker_is_claiming_is_not_someone_elses(tmp_pat
     (folder / ".tune.json.k2j3.tmp").write_text("{")
     assert free_for(folder, "tune.json")
     space = write_tiny(tmp_path)
-    tune(space, folder, trials=1, runner=scoring_runner, echo=lambda _: None)
+    tune(space, folder, trials=1, registry=registry(), runner=scoring_runner, echo=lambda _: None)
     (tmp_path / "u").mkdir()
     (tmp_path / "u" / "recipe.toml").write_text("")
     assert not free_for(tmp_path / "u", "tune.json")
     with pytest.raises(RunError, match="is not empty and is not a tune search directory"):
-        tune(space, tmp_path / "u", trials=1, runner=scoring_runner, echo=lambda _: None)
+        tune(space, tmp_path / "u", trials=1, registry=registry(), runner=scoring_runner, echo=lambda _: None)

@@ -11,7 +11,7 @@ import time
 import optuna
 import pytest
 from postgres import postgres_server, server_binaries
-from tiny import Scored, write_tiny
+from tiny import Scored, registry, write_tiny
 
 from dmlplug_builtins.tune.report import load
 from dmlplug_builtins.tune.study import counted
@@ -88,13 +88,13 @@ def test_a_worker_lost_on_another_machine_is_found_by_its_heartbeat(tmp_path, mo
     lines = []
     options = {"runner": lambda *a, **k: Scored(0.5), "echo": lines.append}
     with postgres_server() as url:
-        study = tune(space, tmp_path / "t", trials=1, storage=url, **options)
+        study = tune(space, tmp_path / "t", trials=1, registry=registry(), storage=url, **options)
         lost = study.ask()
         for key, value in ((WORKER_ATTR, "elsewhere:4242"), (TAKEN_ATTR, f"elsewhere:4242#{lost.number}")):
             study._storage.set_trial_user_attr(lost._trial_id, key, value)
         study._storage.record_heartbeat(lost._trial_id)
         time.sleep(3)  # past the grace period: the heartbeat has stopped
-        study = tune(space, tmp_path / "t", trials=2, storage=url, **options)
+        study = tune(space, tmp_path / "t", trials=2, registry=registry(), storage=url, **options)
         trials = study.get_trials()
         assert f"trial {lost.number}: its worker died; marked failed and queued again once" in lines
         assert trials[lost.number].state == State.FAIL

@@ -58,6 +58,13 @@ SPACE = textwrap.dedent("""
 """)
 
 
+def registry():
+    """The process-wide plugin host's registry, where the tests' spaces find their samplers and pruners."""
+    from dmlplug.plugins import get_host
+
+    return get_host().registry
+
+
 def write_tiny(folder: Path) -> Path:
     """The recipe and its space file in ``folder``; returns the space file."""
     (folder / "recipe.toml").write_text(RECIPE)
