@@ -1,14 +1,20 @@
-"""Index codecs against exact search: bytes per vector, recall@1/@10 on held-out queries, queries/s, build time and
-peak memory, on a synthetic clustered gallery (1M × 128 by default) and on the glyph test split of a trained run.
+"""Index codecs against exact search: bytes per vector in memory and on disk, recall@1/@10 on held-out queries,
+queries/s, build time and peak memory, on a synthetic clustered gallery (1M × 128 by default) and on the glyph test
+split of a trained run.
 
-Each codec is built in its own process (``dmlplug.bundle.index.build_from``, the code ``dmlplug index`` runs), so
-its peak resident memory (``VmHWM`` of that process: the gallery, the index and the build's working memory)
-is its own. Queries/s: queries searched for their top 10 in one batch (fresh ones on the synthetic gallery, the
-first 1,000 test images on the glyph split), the best of at least three searches (repeated for up to 2 s when one
-takes milliseconds), printed with its ratio to the exact (float32) index of the same gallery in the same run.
+Each codec is built in its own process (``dmlplug.bundle.index.build_from``, the code ``dmlplug index`` runs, the
+codec picked from the plugin host's registry as ``--codec`` picks it), so its peak resident memory (``VmHWM`` of
+that process: the gallery, the index and the build's working memory) is its own. Queries/s: queries searched for
+their top 10 in one batch (fresh ones on the synthetic gallery, the first 1,000 test images on the glyph split), the
+best of at least three searches (repeated for up to 2 s when one takes milliseconds), printed with its ratio to the
+exact (float32) index of the same gallery in the same run.
 
     python benchmarks/index_codecs.py                                   # 1M × 128 synthetic
     python benchmarks/index_codecs.py --synthetic 0 --run runs/quickstart   # the glyph test split of a run
+    python benchmarks/index_codecs.py --codecs float32,binary,binary:rescore_from=int8,pq:pq_m=64,nlist=100
+
+``--codecs`` lists ``--codec`` specs separated by commas (an item ``key=value`` without a ``:`` continues the
+spec before it).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-CODECS = "float32,float16,int8,binary,pq,ivf"
+CODECS = "float32,float16,int8,binary,binary:rescore_from=int8,binary:rescore_from=none,pq,ivf"
 
 
 def synthetic(n: int, dim: int, centers: int, seed: int) -> np.ndarray:
@@ -42,7 +48,9 @@ def synthetic(n: int, dim: int, centers: int, seed: int) -> np.ndarray:
 
 def child(args: argparse.Namespace) -> None:
     """Build one codec's index of the gallery and time its search; print one JSON line."""
+    from dmlplug.bundle.codec_spec import pick_codec
     from dmlplug.bundle.index import MemoryGallery, build_from
+    from dmlplug.plugins import get_host
 
     if args.data.endswith(".npz"):
         with np.load(args.data) as data:
@@ -51,7 +59,8 @@ def child(args: argparse.Namespace) -> None:
         n, dim, centers = (int(v) for v in args.data.split("x"))
         gallery, queries = synthetic(n, dim, centers, seed=1), synthetic(args.queries, dim, centers, seed=2)
     start = time.perf_counter()
-    index = build_from(MemoryGallery(gallery, [str(i) for i in range(len(gallery))]), args.child)
+    codec = pick_codec(args.child, get_host().registry)
+    index = build_from(MemoryGallery(gallery, [str(i) for i in range(len(gallery))]), codec)
     build = time.perf_counter() - start
     index.search(queries[:10], 10)  # warm-up
     times: list[float] = []
@@ -61,11 +70,11 @@ def child(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - start)
     info = index.info
     print(json.dumps({"codec": args.child, "peak_rss_gib": peak_rss_gib(),
-                      "bytes_per_vector": info["bytes_per_vector"],
+                      "memory": info["memory_bytes_per_vector"], "disk": info["disk_bytes_per_vector"],
                       "recall@1": info.get("recall@1"), "recall@10": info.get("recall@10"),
                       "held_out": info.get("recall_queries"), "qps": len(queries) / min(times), "build_s": build,
                       "params": {k: v for k, v in info.items() if k in ("nlist", "nprobe", "pq_m", "pq_nbits",
-                                                                        "rescore")}}))
+                                                                        "rescore", "rescore_from", "ef_search")}}))
 
 
 def peak_rss_gib() -> float:
@@ -92,13 +101,13 @@ def run_codec(codec: str, data: str, queries: int) -> dict:
 
 
 def report(title: str, rows: list[dict]) -> None:
-    exact = next(r for r in rows if r["codec"] == "float32")
+    """Print the codecs' rows, with their ratios to float32 (the first row when float32 was not run)."""
+    exact = next((r for r in rows if r["codec"] == "float32"), rows[0])
     print(f"\n{title}")
-    print(f"{'codec':<8} {'bytes/vec':>10} {'vs f32':>7} {'recall@1':>9} {'recall@10':>9} {'queries/s':>10} "
-          f"{'vs f32':>7} {'build s':>8} {'peak RSS GiB':>12}  parameters")
+    print(f"{'codec':<26} {'memory B/vec':>12} {'vs f32':>7} {'disk B/vec':>10} {'recall@1':>9} {'recall@10':>9} "
+          f"{'queries/s':>10} {'vs f32':>7} {'build s':>8} {'peak RSS GiB':>12}  parameters")
     for r in rows:
-        ratio = r["bytes_per_vector"] / exact["bytes_per_vector"]
-        print(f"{r['codec']:<8} {r['bytes_per_vector']:>10.1f} {ratio:>7.3f} "
+        print(f"{r['codec']:<26} {r['memory']:>12.1f} {r['memory'] / exact['memory']:>7.3f} {r['disk']:>10.1f} "
               f"{r['recall@1']:>9.4f} {r['recall@10']:>9.4f} {r['qps']:>10.0f} {r['qps'] / exact['qps']:>7.2f} "
               f"{r['build_s']:>8.1f} {r['peak_rss_gib']:>12.2f}  {r['params'] or ''}")
     print(f"(recall on {exact['held_out']} held-out gallery vectors; queries/s: top 10 of fresh queries, one batch)")
@@ -120,6 +129,17 @@ def glyph_embeddings(run: Path, folder: Path) -> str:
     return str(path)
 
 
+def split_specs(text: str) -> list[str]:
+    """``--codecs``' specs: split at commas, a ``key=value`` item without ``:`` joined to the spec before it."""
+    specs: list[str] = []
+    for item in text.split(","):
+        if "=" in item and ":" not in item and specs:
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return specs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--synthetic", type=int, default=1_000_000, help="gallery size (0: none)")
@@ -134,7 +154,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    codecs = args.codecs.split(",")
+    codecs = split_specs(args.codecs)
     print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory() as tmp:
         if args.run:

@@ -195,7 +195,8 @@ class Bundle(Embedder):
             k: Matches per query.
             threshold: Cosine-similarity threshold; defaults to :attr:`threshold`.
             names: How queries are named in the result (defaults to their paths).
-            rerank: A re-ranking method, ``"aqe"``, ``"dba:n=5"``, ``"krnn:k1=20"`` or ``{"name": ..., ...}``
+            rerank: A re-ranker, ``"aqe"``, ``"dba:n=5"``, ``"krnn:k1=20"``, ``{"name": ..., ...}`` (looked up in
+                the process-wide plugin host) or a :class:`~dmlplug.evaluation.rerank_spec.RerankSpec`
                 (docs/reranking.md): it reorders the matches; similarities stay query·match cosines.
 
         Returns:
@@ -205,15 +206,24 @@ class Bundle(Embedder):
         Raises:
             BundleError: The index is damaged, was built by another model (and checkpoint), or holds vectors of
                 another size; a query cannot be read; ``rerank`` needs float32 vectors the index does not keep.
-            RecipeError: ``rerank`` is not a known method with valid parameters.
+            ComponentError: ``rerank`` names no registered re-ranker.
+            RecipeError: ``rerank`` has invalid parameters.
         """
         from dmlplug.bundle.index_files import check_built_by, read_index
-        from dmlplug.evaluation.rerank_spec import parse_rerank
+        from dmlplug.evaluation.rerank_spec import RerankSpec, parse_rerank
 
-        spec = None if rerank is None else parse_rerank(rerank, where="--rerank")
+        spec = rerank
+        if rerank is not None and not isinstance(rerank, RerankSpec):
+            from dmlplug.plugins import get_host
+
+            # A Python caller's entry point (`dmlplug search` hands a spec over): the process-wide plugins.
+            spec = parse_rerank(rerank, where="rerank", registry=get_host().registry)
 
         if isinstance(index, str | Path):
-            index = read_index(index)
+            from dmlplug.plugins import get_host
+
+            # A Python caller's folder: its codec is looked up among the process-wide plugins' (as --rerank's is).
+            index = read_index(index, get_host().registry)
         check_built_by(index, self)
         if index.dim != self.embedding_size:
             raise BundleError(f"the index holds {index.dim}-d embeddings, the bundle makes {self.embedding_size}-d",

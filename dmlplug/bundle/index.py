@@ -1,26 +1,27 @@
 """Galleries to search: the exact index and the coded ones (compressed or approximate) with their measured recall.
 
-The exact index (codec ``float32``) is a faiss ``IndexFlatIP`` (a torch file of the embeddings when faiss is
-missing); the others are the faiss indexes of :mod:`dmlplug.bundle.codecs`. Every index is built by one
-function, :func:`build_from`, from a gallery read chunk by chunk (:class:`MemoryGallery` here, the shards of a
-sharded embedding through :mod:`dmlplug.bundle.index_shards`), and records its recall@1 and recall@10 against exact
-search measured on queries the index does not hold (a held-out sample of the gallery, see :func:`build_from`)
-and its bytes per vector, measured on the serialized index. Embeddings are unit length, so the inner product is
-the cosine similarity. Writing and reading index folders is :mod:`dmlplug.bundle.index_files`.
+The exact index (codec ``float32``) keeps the vectors as a numpy array searched by faiss (by a matrix product
+when faiss is missing); the others are the indexes of the registered codecs
+(:class:`~dmlplug.protocols.IndexCodec`, :mod:`dmlplug.bundle.codec_spec`), wrapped by :class:`CodedIndex`.
+Every index is built by one function, :func:`build_from`, from a gallery read chunk by chunk
+(:class:`MemoryGallery` here, the shards of a sharded embedding through :mod:`dmlplug.bundle.index_shards`), and
+records its recall@1 and recall@10 against exact search measured on queries the index does not hold (a held-out
+sample of the gallery, see :func:`build_from`) and its bytes per vector in memory and on disk. Embeddings are unit
+length, so the inner product is the cosine similarity. Writing and reading index folders is
+:mod:`dmlplug.bundle.index_files`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
 
-from dmlplug.bundle.codecs import new_index, plan, training_rows
-from dmlplug.bundle.errors import BundleError
+from dmlplug.bundle.codec_spec import EXACT_CODEC, Codec
+from dmlplug.bundle.errors import faiss_module
 
-APPROXIMATE = ("ivf", "hnsw")
 #: Most gallery vectors held out of an index to measure its recall (at most a tenth of the gallery).
 RECALL_QUERIES = 1000
 #: A gallery needs this many vectors before a tenth of it (at least one query) can be held out.
@@ -31,21 +32,6 @@ RECALL_KS = (1, 10)
 EXACT_BLOCK = 16_384
 
 
-def faiss_module() -> Any:
-    """The ``faiss`` module, or ``None`` when it is not installed."""
-    try:
-        import faiss
-    except ImportError:
-        return None
-    return faiss
-
-
-def _require_faiss(codec: str) -> Any:
-    faiss = faiss_module()
-    if faiss is None:
-        raise BundleError(f"a {codec} index needs faiss, which is not installed",
-                          fix="pip install faiss-cpu, or build an exact index (--codec float32)")
-    return faiss
 
 
 class Gallery(Protocol):
@@ -87,26 +73,21 @@ class ExactIndex:
         embeddings: ``N×D`` float32.
         paths: The path of each row.
         info: Provenance and parameters (``index.json`` keys such as ``model_sha256``).
+        codec: The name of the codec that built it.
     """
 
     kind = "exact"
-    codec = "float32"
+    removable = keeps_floats = True
 
-    def __init__(self, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None):
+    def __init__(self, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None,
+                 codec: str = EXACT_CODEC):
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.paths: list[str | None] = list(paths)
         self.dim = int(self.embeddings.shape[1])
         self.info: dict[str, Any] = dict(info or {})
+        self.codec = codec
         #: The folder the index was read from (``None`` when built in memory), for messages.
         self.folder: Path | None = None
-        self._rebuild()
-
-    def _rebuild(self) -> None:
-        faiss = faiss_module()
-        self._faiss = None
-        if faiss is not None:
-            self._faiss = faiss.IndexFlatIP(self.dim)
-            self._faiss.add(self.embeddings)
 
     @classmethod
     def build(cls, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None) -> ExactIndex:
@@ -122,8 +103,10 @@ class ExactIndex:
         """``(similarities Q×k, rows Q×k)``, most similar first (``k`` is capped at the gallery size)."""
         k = min(k, self.size)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
-        if self._faiss is not None:
-            return self._faiss.search(queries, k)
+        faiss = faiss_module()
+        if faiss is not None:  # searches the array itself: an IndexFlatIP would hold a second copy of the vectors
+            sims, rows = faiss.knn(queries, self.embeddings, k, metric=faiss.METRIC_INNER_PRODUCT)
+            return sims, rows
         import torch
 
         sims = torch.from_numpy(queries) @ torch.from_numpy(self.embeddings).T
@@ -134,19 +117,28 @@ class ExactIndex:
         """Append rows."""
         self.embeddings = np.concatenate([self.embeddings, np.asarray(vectors, dtype=np.float32)])
         self.paths += list(paths)
-        self._rebuild()
 
     def remove(self, labels: np.ndarray) -> None:
         """Delete the rows ``labels`` (the later rows move up: labels are positions)."""
         self.embeddings = np.delete(self.embeddings, labels, axis=0)
         gone = set(np.asarray(labels).tolist())
         self.paths = [p for i, p in enumerate(self.paths) if i not in gone]
-        self._rebuild()
+
+    def reconstruct(self, labels: np.ndarray) -> np.ndarray:
+        """The float32 vectors of ``labels``."""
+        return self.embeddings[np.asarray(labels, dtype=np.int64)]
+
+    def sizes(self) -> tuple[int, int]:
+        """``(bytes in memory, bytes on disk)``: the vectors, both (the files' few header bytes aside)."""
+        return self.embeddings.nbytes, self.embeddings.nbytes
 
     def files(self, folder: Path) -> tuple[str, list[str]]:
         """Write the vectors into ``folder``; returns ``(storage for index.json, the data files' names)``."""
-        if self._faiss is not None:
-            faiss_module().write_index(self._faiss, str(folder / "index.faiss"))
+        faiss = faiss_module()
+        if faiss is not None:
+            flat = faiss.IndexFlatIP(self.dim)
+            flat.add(self.embeddings)
+            faiss.write_index(flat, str(folder / "index.faiss"))
             return "faiss", ["index.faiss"]
         import torch
 
@@ -155,18 +147,19 @@ class ExactIndex:
 
 
 class CodedIndex:
-    """A faiss index of a :mod:`~dmlplug.bundle.codecs` codec; labels are rows of ``paths`` (``None``: removed).
+    """An index of a registered codec; labels are rows of ``paths`` (``None``: removed).
 
     Args:
-        index: The faiss index (or :class:`~dmlplug.bundle.codecs.BinaryRescored`).
-        codec: Its codec.
+        index: The codec's index (faiss's interface).
+        codec: The codec that built it.
         paths: The path of each label; removed items leave ``None``.
         info: Parameters and the measured recall (written to index.json).
     """
 
-    def __init__(self, index: Any, codec: str, paths: Sequence[str | None], info: dict[str, Any]):
+    def __init__(self, index: Any, codec: Codec, paths: Sequence[str | None], info: dict[str, Any]):
         self.index = index
-        self.codec = self.kind = codec
+        self.codec = self.kind = codec.name
+        self.component = codec.component
         self.paths = list(paths)
         self.dim = int(index.d)
         self.info = info
@@ -176,6 +169,16 @@ class CodedIndex:
     def size(self) -> int:
         """Vectors held (removed ones not counted)."""
         return int(self.index.ntotal)
+
+    @property
+    def removable(self) -> bool:
+        """Whether items can be removed (the codec says)."""
+        return bool(self.component.removable)
+
+    @property
+    def keeps_floats(self) -> bool:
+        """Whether :meth:`reconstruct` gives the float32 vectors back (the codec says)."""
+        return bool(self.component.keeps_floats)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(similarities Q×k, labels Q×k)``; a label of ``-1`` marks a slot the index could not fill."""
@@ -193,29 +196,19 @@ class CodedIndex:
         for label in np.asarray(labels).tolist():
             self.paths[label] = None
 
+    def reconstruct(self, labels: np.ndarray) -> np.ndarray:
+        """The float32 vectors of ``labels`` (when :attr:`keeps_floats`)."""
+        return np.asarray(self.component.reconstruct(self.index, np.asarray(labels, dtype=np.int64)),
+                          dtype=np.float32)
+
+    def sizes(self) -> tuple[int, int]:
+        """``(bytes in memory, bytes on disk)`` of the index's data (the codec measures)."""
+        memory, disk = self.component.sizes(self.index)
+        return int(memory), int(disk)
+
     def files(self, folder: Path) -> tuple[str, list[str]]:
-        """Write the faiss index (and binary's rescoring vectors) into ``folder``."""
-        faiss = faiss_module()
-        if self.codec == "binary":
-            faiss.write_index_binary(self.index.codes, str(folder / "index.faiss"))
-            faiss.write_index(self.index.vectors, str(folder / "rescore.faiss"))
-            return "faiss", ["index.faiss", "rescore.faiss"]
-        faiss.write_index(self.index, str(folder / "index.faiss"))
-        return "faiss", ["index.faiss"]
-
-
-
-
-def serialized_bytes(index: ExactIndex | CodedIndex) -> int:
-    """The bytes of the index's data files as written (faiss's serialization), paths not counted."""
-    faiss = faiss_module()
-    if isinstance(index, ExactIndex):
-        if index._faiss is None:
-            return int(index.embeddings.nbytes)  # the torch file: the raw tensor plus a few hundred bytes
-        return len(faiss.serialize_index(index._faiss))
-    if index.codec == "binary":
-        return len(faiss.serialize_index_binary(index.index.codes)) + len(faiss.serialize_index(index.index.vectors))
-    return len(faiss.serialize_index(index.index))
+        """Write the index into ``folder`` (the codec writes its files)."""
+        return "faiss", list(self.component.save(self.index, folder))
 
 
 class ExactTopK:
@@ -242,41 +235,40 @@ class ExactTopK:
             self.sims, self.rows = np.take_along_axis(sims, order, 1), np.take_along_axis(rows, order, 1)
 
 
-def build_from(gallery: Gallery, codec: str, *, k: int = 10, seed: int = 0,
-               given: Mapping[str, int | None] | None = None) -> ExactIndex | CodedIndex:
+def build_from(gallery: Gallery, codec: Codec, *, k: int = 10, seed: int = 0,
+               plan: dict[str, Any] | None = None) -> ExactIndex | CodedIndex:
     """Build a ``codec`` index of ``gallery``, measuring its recall@1, @10 (and @k) against exact search.
 
     A seeded sample of the gallery (a tenth, at most :data:`RECALL_QUERIES`; :func:`holdout_rows`) is held
-    out: the quantiser is trained on a seeded sample of the other rows (:func:`~dmlplug.bundle.codecs.training_rows`),
-    the other rows are added chunk by chunk while an exact top-k of the held-out queries is kept over them, the
-    held-out queries are searched in the index, and then added. A gallery vector searched in an index that
-    holds it finds itself, which inflates the recall over what a new query gets; the held-out ones are new to
-    the index, as queries are. Each item's label is its gallery row. Memory: the index, one chunk, the training
-    sample and the held-out queries.
+    out: the quantiser is trained on a seeded sample of the other rows (the codec's ``training_rows``), the other
+    rows are added chunk by chunk while an exact top-k of the held-out queries is kept over them, the held-out
+    queries are searched in the index, and then added. A gallery vector searched in an index that holds it finds
+    itself, which inflates the recall over what a new query gets; the held-out ones are new to the index, as
+    queries are. Each item's label is its gallery row. Memory: the index, one chunk, the training sample and the
+    held-out queries.
 
     Args:
         gallery: The vectors (unit length) and paths.
-        codec: One of :data:`~dmlplug.bundle.codecs.CODECS`.
+        codec: The codec (:func:`~dmlplug.bundle.codec_spec.pick_codec`).
         k: A further recall@k to record.
         seed: Seeds the held-out and training samples.
-        given: Parameters set by hand (``nlist``, ``nprobe``, ``pq_m``, ``pq_nbits``, ``rescore``, ``efSearch``;
-            ``None`` values are left to :func:`~dmlplug.bundle.codecs.plan`).
+        plan: The index's parameters (default: the codec's ``plan`` for the gallery).
 
     Raises:
         BundleError: faiss is missing for a codec that needs it, or a parameter is impossible.
     """
-    faiss = faiss_module()
-    if codec == "float32" and faiss is None:  # the torch fallback: exact, nothing to measure
+    coder = codec.component
+    if coder.exact and faiss_module() is None:  # the torch fallback: exact, nothing to measure
         parts = list(gallery.chunks())
-        return ExactIndex(np.concatenate([p[1] for p in parts]), [path for p in parts for path in p[2]])
-    _require_faiss(codec)
+        return ExactIndex(np.concatenate([p[1] for p in parts]), [path for p in parts for path in p[2]],
+                          codec=codec.name)
     held = holdout_rows(gallery.size, seed)
     kept = np.ones(gallery.size, dtype=bool)
     kept[held] = False
     n_kept = int(kept.sum())
-    params = plan(codec, n_kept, gallery.dim, k=k, **dict(given or {}))
-    index = new_index(faiss, codec, gallery.dim, params)
-    if n_train := training_rows(codec, n_kept, params):
+    params = dict(plan) if plan is not None else coder.plan(n_kept, gallery.dim, k)
+    index = coder.new_index(gallery.dim, params)
+    if n_train := coder.training_rows(n_kept, params):
         sample = np.sort(np.random.default_rng(seed + 1).choice(np.flatnonzero(kept), n_train, replace=False))
         index.train(gallery.take(sample))
     ks = sorted({min(x, n_kept) for x in (*RECALL_KS, k)}) if len(held) else []
@@ -289,7 +281,7 @@ def build_from(gallery: Gallery, codec: str, *, k: int = 10, seed: int = 0,
         if ks:
             truth.update(vectors[mask], labels[mask])
         paths[start:start + len(vectors)] = names
-    info: dict[str, Any] = {"codec": codec, **params}
+    info: dict[str, Any] = {"codec": codec.name, **params}
     for x in ks:
         _, found = index.search(truth.queries, x)
         info[f"recall@{x}"] = overlap(truth.rows[:, :x], found)
@@ -297,12 +289,14 @@ def build_from(gallery: Gallery, codec: str, *, k: int = 10, seed: int = 0,
     if len(held):
         index.add_with_ids(truth.queries, held)
     built: ExactIndex | CodedIndex
-    if codec == "float32":
-        built = ExactIndex(index.reconstruct_batch(np.arange(gallery.size, dtype=np.int64)), cast(list[str], paths),
-                           info)
+    if coder.exact:
+        built = ExactIndex(coder.reconstruct(index, np.arange(gallery.size, dtype=np.int64)),
+                           cast(list[str], paths), info, codec=codec.name)
     else:
         built = CodedIndex(index, codec, paths, info)
-    built.info["bytes_per_vector"] = round(serialized_bytes(built) / max(1, built.size), 3)
+    memory, disk = built.sizes()
+    built.info["memory_bytes_per_vector"] = round(memory / max(1, built.size), 3)
+    built.info["disk_bytes_per_vector"] = round(disk / max(1, built.size), 3)
     return built
 
 
@@ -328,8 +322,6 @@ def recall_against_exact(approx: Any, exact: ExactIndex, queries: np.ndarray, k:
     return overlap(exact.search(queries, k)[1], approx.search(queries, k)[1])
 
 
-def build_index(embeddings: np.ndarray, paths: Sequence[str], *, codec: str | None = None,
-                approximate: str | None = None, k: int = 10, **given: int | None) -> ExactIndex | CodedIndex:
-    """An index of ``codec`` (default exact ``float32``); ``approximate`` (``"ivf"`` / ``"hnsw"``) is a codec too."""
-    return build_from(MemoryGallery(embeddings, paths), codec or approximate or "float32", k=k, given=given)
-
+def build_index(embeddings: np.ndarray, paths: Sequence[str], codec: Codec, *, k: int = 10) -> ExactIndex | CodedIndex:
+    """An index of ``embeddings`` held in memory; see :func:`build_from`."""
+    return build_from(MemoryGallery(embeddings, paths), codec, k=k)

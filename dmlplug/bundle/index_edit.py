@@ -1,8 +1,8 @@
 """Adding items to and removing items from an index folder without rebuilding it.
 
 Vectors are added to the trained index as they are (the quantiser is not trained again) under new labels,
-and items are removed by label (faiss ``remove_ids``; an HNSW graph cannot remove, an exact index deletes the
-rows). The folder is then written anew beside the old one and swapped in
+and items are removed by label (faiss ``remove_ids``; an exact index deletes the rows; a codec that cannot remove,
+such as an HNSW graph, says so: ``removable``). The folder is then written anew beside the old one and swapped in
 (:func:`~dmlplug.bundle.atomic.replace_folder`), so a failure leaves the old index whole. The recall recorded
 at build time stays (``index.json`` counts the items added and removed since); bytes per vector are measured
 again on the new files.
@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dmlplug.bundle.atomic import replace_folder
-from dmlplug.bundle.codecs import REMOVABLE
 from dmlplug.bundle.errors import BundleError
 from dmlplug.bundle.index import CodedIndex, ExactIndex
 from dmlplug.bundle.index_files import read_index, save_index
+
+if TYPE_CHECKING:
+    from dmlplug.registry import Registry
 
 
 def add_items(index: ExactIndex | CodedIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:
@@ -52,12 +55,12 @@ def remove_items(index: ExactIndex | CodedIndex, paths: Sequence[str]) -> None:
     """Remove the items named ``paths`` from ``index``.
 
     Raises:
-        BundleError: The index cannot remove (HNSW), or a path is not in it.
+        BundleError: The index's codec cannot remove (HNSW), or a path is not in it.
     """
     where = str(index.folder or "the index")
-    if index.codec not in REMOVABLE:
-        raise BundleError(f"{where} is an {index.codec} index, whose graph cannot remove items", where=where,
-                          fix="build the index again without them, or use another codec (e.g. --codec ivf)")
+    if not index.removable:
+        raise BundleError(f"{where} is a {index.codec} index, which cannot remove items", where=where,
+                          fix="build the index again without them, or with a codec that can (e.g. --codec ivf)")
     labels = {p: i for i, p in enumerate(index.paths) if p is not None}
     missing = [p for p in paths if p not in labels]
     if missing:
@@ -72,10 +75,10 @@ def rewrite(index: ExactIndex | CodedIndex, folder: Path) -> None:
     replace_folder(folder, lambda new: save_index(index, new, {}))
 
 
-def edit_folder(folder: str | Path, *, add: tuple[np.ndarray, Sequence[str]] | None = None,
+def edit_folder(folder: str | Path, registry: Registry | None, *, add: tuple[np.ndarray, Sequence[str]] | None = None,
                 remove: Sequence[str] = ()) -> ExactIndex | CodedIndex:
-    """Read the index ``folder``, remove ``remove``, add ``add`` = ``(vectors, paths)``, write it back."""
-    index = read_index(folder)
+    """Read the index ``folder`` (codecs from ``registry``), remove ``remove``, add ``add`` (vectors, paths), save."""
+    index = read_index(folder, registry)
     if remove:
         remove_items(index, remove)
     if add is not None:

@@ -1,11 +1,11 @@
 """Index folders: writing one, and reading one back only after checking it.
 
 An index folder holds ``index.json`` (kind, codec, storage, size, dimension, parameters, measured recall and
-bytes per vector, the sha256 of the bundle model and of the checkpoint that built it, the model's embedding of
-a fixed probe input, and the size and sha256 of every data file), ``paths.json`` (the path of each label,
-``null`` where an item was removed) and ``index.faiss`` (binary codes add ``rescore.faiss``) or
-``embeddings.pt``. :func:`read_index` checks each file
-against ``index.json`` and the loaded vectors against its size and dimension, so a damaged, truncated or
+bytes per vector in memory and on disk, the sha256 of the bundle model and of the checkpoint that built it, the
+model's embedding of a fixed probe input, and the size and sha256 of every data file), ``paths.json`` (the path
+of each label, ``null`` where an item was removed) and the data files: ``index.faiss`` or ``embeddings.pt`` for
+the exact index, what its codec writes for the others (``index.faiss`` first). :func:`read_index` checks each
+file against ``index.json`` and the loaded index against its size and dimension, so a damaged, truncated or
 swapped file is one clear :class:`~dmlplug.bundle.errors.BundleError` rather than a faiss or torch crash.
 :func:`check_built_by` refuses to search an index with a bundle whose model did not build it.
 """
@@ -14,23 +14,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dmlplug.bundle.codecs import CODECS, set_search_params
-from dmlplug.bundle.errors import BundleError
-from dmlplug.bundle.index import CodedIndex, ExactIndex, faiss_module
+from dmlplug.bundle.codec_spec import EXACT_CODEC, recorded_codec
+from dmlplug.bundle.errors import BundleError, faiss_module
+from dmlplug.bundle.index import CodedIndex, ExactIndex
 from dmlplug.bundle.integrity import check_file
 from dmlplug.files import write_json
 
+if TYPE_CHECKING:
+    from dmlplug.registry import Registry
+
 INDEX_FILE, PATHS_FILE = "index.json", "paths.json"
-#: The data file of each storage.
+#: The data file of each storage of the exact index (a coded index is stored by its codec: ``faiss``).
 DATA_FILES = {"faiss": "index.faiss", "torch": "embeddings.pt"}
-#: The file of the float vectors that rescore binary codes.
-RESCORE_FILE = "rescore.faiss"
-#: The kind index.json records for each codec (``exact`` and the approximate kinds predate the codecs).
-KINDS = {codec: "exact" if codec == "float32" else codec for codec in CODECS}
+#: The kind index.json records for the exact index; a coded index's kind is its codec.
+EXACT_KIND = "exact"
 #: index.json keys that describe the folder rather than the index (kept out of ``index.info``).
 LAYOUT_KEYS = ("kind", "codec", "storage", "size", "dim", "files")
 REBUILD = "build it again: dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR"
@@ -54,19 +55,27 @@ def save_index(index: ExactIndex | CodedIndex, folder: Path, built_by: dict[str,
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
              for name in (*data, PATHS_FILE)}
     info = dict(index.info)
-    if index.size:  # what the files hold, measured: after an add or a removal too
-        info["bytes_per_vector"] = round(sum((folder / name).stat().st_size for name in data) / index.size, 3)
+    info.pop("bytes_per_vector", None)  # an index.json before dmlplug told memory and disk apart
+    if index.size:  # measured: after an add or a removal too; on disk, what the files hold
+        info["memory_bytes_per_vector"] = round(index.sizes()[0] / index.size, 3)
+        info["disk_bytes_per_vector"] = round(sum((folder / name).stat().st_size for name in data) / index.size, 3)
     write_json(folder / INDEX_FILE, {"kind": index.kind, "codec": index.codec, "storage": storage,
                                      "size": index.size, "dim": index.dim, **info, **built_by, "files": files})
 
 
-def read_index(folder: str | Path) -> ExactIndex | CodedIndex:
+def read_index(folder: str | Path, registry: Registry | None = None) -> ExactIndex | CodedIndex:
     """Read an index folder written by ``dmlplug index``, checking every file first.
+
+    Args:
+        folder: The index folder.
+        registry: Where the codec of a coded index is looked up (an exact index needs none): the command line
+            passes its plugin host's.
 
     Raises:
         BundleError: Not an index folder; ``index.json`` or ``paths.json`` unreadable or inconsistent; a data
             file missing, of another size or sha256 than recorded, or unreadable; vectors of another count or
-            dimension than recorded; or a faiss index while faiss is not installed.
+            dimension than recorded; a coded index without a registry that has its codec; or a faiss index while
+            faiss is not installed.
     """
     folder = Path(folder)
     meta = _read_json(folder / INDEX_FILE, f"{folder} is not a readable index folder")
@@ -74,19 +83,22 @@ def read_index(folder: str | Path) -> ExactIndex | CodedIndex:
     files = meta.get("files") or {}  # indexes written before dmlplug recorded sizes and digests: not checked
     paths = _read_json(folder / PATHS_FILE, f"the paths file of index {folder} is not readable",
                        files.get(PATHS_FILE))
-    holes = meta["kind"] != "exact"  # a coded index keeps the labels of removed items, as null paths
-    if (not isinstance(paths, list) or not all(isinstance(p, str) or (holes and p is None) for p in paths)
+    exact = meta["kind"] == EXACT_KIND
+    if (not isinstance(paths, list) or not all(isinstance(p, str) or (not exact and p is None) for p in paths)
             or sum(p is not None for p in paths) != meta["size"]):
         raise BundleError(f"{folder / PATHS_FILE} does not list the {meta['size']} image paths index.json records",
                           where=str(folder / PATHS_FILE), fix=REBUILD)
-    data = folder / DATA_FILES[meta["storage"]]
-    for name in (data.name, RESCORE_FILE) if meta["codec"] == "binary" else (data.name,):
-        record = files.get(name) or {}
-        check_file(folder / name, size=record.get("size"), sha256=record.get("sha256"), what="the index data file",
-                   record="index.json", fix=REBUILD)
     info = {key: value for key, value in meta.items() if key not in LAYOUT_KEYS}
-    index = _load_torch(data, meta, paths, info) if meta["storage"] == "torch" else _load_faiss(data, meta, paths,
-                                                                                                 info)
+    index: ExactIndex | CodedIndex
+    if exact:
+        data = folder / DATA_FILES[meta["storage"]]
+        _check_files(folder, [data.name], files)
+        index = _load_torch(data, meta, paths, info) if meta["storage"] == "torch" else _load_exact(data, meta, paths,
+                                                                                                      info)
+    else:
+        codec = recorded_codec(meta["codec"], meta, registry, str(folder))
+        _check_files(folder, [name for name in files if name != PATHS_FILE], files)
+        index = CodedIndex(_load_coded(codec.component, folder, meta), codec, paths, info)
     index.folder = folder
     return index
 
@@ -144,24 +156,32 @@ def _check_layout(meta: Any, folder: Path) -> None:
     """``index.json`` has the keys and types this dmlplug writes."""
     problem = None
     if isinstance(meta, dict) and "codec" not in meta:  # written before the codecs: the kind says it
-        meta["codec"] = {kind: codec for codec, kind in KINDS.items()}.get(str(meta.get("kind")))
+        meta["codec"] = EXACT_CODEC if meta.get("kind") == EXACT_KIND else meta.get("kind")
     if not isinstance(meta, dict):
         problem = "it is not a JSON object"
-    elif KINDS.get(str(meta.get("codec"))) != meta.get("kind") or meta.get("storage") not in DATA_FILES:
+    elif not isinstance(meta.get("codec"), str) or meta.get("kind") not in (EXACT_KIND, meta["codec"]) or (
+            meta.get("storage") not in (DATA_FILES if meta["kind"] == EXACT_KIND else ("faiss",))):
         problem = (f"kind {meta.get('kind')!r} / codec {meta.get('codec')!r} / storage {meta.get('storage')!r} is not "
                    "one dmlplug writes")
     elif not all(isinstance(meta.get(key), int) and meta[key] >= (key == "dim") for key in ("size", "dim")):
         problem = f"size {meta.get('size')!r} / dim {meta.get('dim')!r} are not counts"
-    elif meta["kind"] != "exact" and meta["storage"] != "faiss":
-        problem = f"an {meta['kind']} index must be stored by faiss"
     if problem:
         raise BundleError(f"{folder / INDEX_FILE} is not an index description: {problem}",
                           where=str(folder / INDEX_FILE), fix=REBUILD)
 
 
+def _check_files(folder: Path, names: list[str], files: dict[str, Any]) -> None:
+    for name in names:
+        record = files.get(name) or {}
+        check_file(folder / name, size=record.get("size"), sha256=record.get("sha256"), what="the index data file",
+                   record="index.json", fix=REBUILD)
+
+
 def _mismatch(data: Path, found: str, meta: dict[str, Any]) -> BundleError:
-    return BundleError(f"the index data file {data} holds {found}, but index.json records a {meta['kind']} index "
-                       f"of {meta['size']} {meta['dim']}-d vectors", where=str(data), fix=REBUILD)
+    """``data``: the data file, or the folder of a coded index's files."""
+    holds = f"the index data files in {data} hold" if data.is_dir() else f"the index data file {data} holds"
+    return BundleError(f"{holds} {found}, but index.json records a {meta['kind']} index of {meta['size']} "
+                       f"{meta['dim']}-d vectors", where=str(data), fix=REBUILD)
 
 
 def _load_torch(data: Path, meta: dict[str, Any], paths: list[str], info: dict[str, Any]) -> ExactIndex:
@@ -179,40 +199,37 @@ def _load_torch(data: Path, meta: dict[str, Any], paths: list[str], info: dict[s
     return ExactIndex(vectors.numpy(), paths, info)
 
 
-def _load_faiss(data: Path, meta: dict[str, Any], paths: list[str | None],
-                info: dict[str, Any]) -> ExactIndex | CodedIndex:
-    faiss = faiss_module()
-    if faiss is None:
-        raise BundleError(f"the index in {data.parent} is a faiss index and faiss is not installed",
-                          where=str(data.parent), fix="pip install faiss-cpu")
-    codec = meta["codec"]
-    if codec == "binary":
-        from dmlplug.bundle.codecs import BinaryRescored
-
-        codes, vectors = _read(faiss.read_index_binary, data), _read(faiss.read_index, data.parent / RESCORE_FILE)
-        if not isinstance(codes, faiss.IndexBinaryIDMap2) or codes.ntotal != meta["size"]:
-            raise _mismatch(data, f"a {type(codes).__name__} of {codes.ntotal} codes", meta)
-        stored: Any = vectors  # the rescoring vectors are checked as a float index below
-    else:
-        stored = _read(faiss.read_index, data)
-    inner = stored.index if isinstance(stored, faiss.IndexIDMap2) else stored
-    expected = {"float32": faiss.IndexFlat, "float16": faiss.IndexScalarQuantizer, "int8": faiss.IndexScalarQuantizer,
-                "binary": faiss.IndexFlat, "ivf": faiss.IndexIVFFlat, "pq": faiss.IndexIVFPQ,
-                "hnsw": faiss.IndexHNSW}[codec]
-    inner = faiss.downcast_index(inner) if isinstance(stored, faiss.IndexIDMap2) else inner
-    if codec in ("float16", "int8") and isinstance(inner, faiss.IndexScalarQuantizer):
-        wanted = faiss.ScalarQuantizer.QT_fp16 if codec == "float16" else faiss.ScalarQuantizer.QT_8bit
-        expected = expected if inner.sq.qtype == wanted else type(None)
-    if (not isinstance(inner, expected) or stored.ntotal != meta["size"] or stored.d != meta["dim"]
+def _load_exact(data: Path, meta: dict[str, Any], paths: list[str | None], info: dict[str, Any]) -> ExactIndex:
+    faiss = _faiss_for(data.parent)
+    stored = _read(faiss.read_index, data)
+    if (not isinstance(stored, faiss.IndexFlat) or stored.ntotal != meta["size"] or stored.d != meta["dim"]
             or stored.metric_type != faiss.METRIC_INNER_PRODUCT):
-        raise _mismatch(data, f"a {type(inner).__name__} of {stored.ntotal} {stored.d}-d vectors", meta)
-    if codec == "float32":
-        return ExactIndex(stored.reconstruct_n(0, stored.ntotal), [p for p in paths if p is not None], info)
-    if codec == "binary":
-        stored = BinaryRescored(codes, vectors, 1)  # rescore: set from index.json below
-    defaults = {"nprobe": 1, "efSearch": 64, "rescore": 10}  # what an index.json before the codecs left out
-    set_search_params(faiss, stored, codec, {key: int(meta.get(key, default)) for key, default in defaults.items()})
-    return CodedIndex(stored, codec, paths, info)
+        raise _mismatch(data, f"a {type(stored).__name__} of {stored.ntotal} {stored.d}-d vectors", meta)
+    return ExactIndex(stored.reconstruct_n(0, stored.ntotal), [p for p in paths if p is not None], info,
+                      codec=meta["codec"])
+
+
+def _load_coded(codec: Any, folder: Path, meta: dict[str, Any]) -> Any:
+    """The codec's index from its files, checked against ``index.json``'s size and dimension."""
+    try:
+        index = codec.load(folder, {key: value for key, value in meta.items() if key != "files"})
+    except ValueError as exc:  # the codec found another kind of index, or a damaged file
+        raise _mismatch(folder, str(exc), meta) from None
+    except (RuntimeError, OSError) as exc:  # faiss's C++ errors (truncated, not an index), a missing file
+        reader = " by faiss" if isinstance(exc, RuntimeError) else ""
+        raise BundleError(f"the index data files in {folder} cannot be read{reader}: {str(exc).splitlines()[-1]}",
+                          where=str(folder), fix=REBUILD) from None
+    if int(index.ntotal) != meta["size"] or int(index.d) != meta["dim"]:
+        raise _mismatch(folder, f"a {type(index).__name__} of {index.ntotal} {index.d}-d vectors", meta)
+    return index
+
+
+def _faiss_for(folder: Path) -> Any:
+    faiss = faiss_module()  # only the exact index is read here; a codec reads its own files
+    if faiss is None:
+        raise BundleError(f"the index in {folder} is a faiss index and faiss is not installed",
+                          where=str(folder), fix="pip install faiss-cpu")
+    return faiss
 
 
 def _read(reader: Any, path: Path) -> Any:

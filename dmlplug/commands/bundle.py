@@ -191,17 +191,23 @@ def cmd_search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the matches as JSON.")] = False,
     device: Device = "cpu",
     rerank: Annotated[str | None, typer.Option(
-        "--rerank", metavar="METHOD", help="Re-rank the matches: aqe, dba or krnn, with parameters as "
-        "name:k=v,... (e.g. aqe:n=5,alpha=3, krnn:k1=20,k2=6,lambda=0.3,shortlist=100); docs/reranking.md.",
+        "--rerank", metavar="METHOD", help="Re-rank the matches with a re-ranker (`dmlplug list rerankers`: aqe, "
+        "dba, krnn …), with parameters as name:k=v,... (e.g. aqe:n=5,alpha=3, krnn:k1=20,k2=6,lambda=0.3,"
+        "shortlist=100); docs/reranking.md.",
         show_default=False)] = None,
 ) -> None:
     """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
     from dmlplug.bundle.bundle import load_bundle
     from dmlplug.bundle.index_files import read_index
+    from dmlplug.evaluation.rerank_spec import parse_rerank
+    from dmlplug.plugins import get_host
 
+    # The re-ranker is resolved in the command's plugin host, before the model loads: a bad spec fails first.
+    spec = None if rerank is None else parse_rerank(rerank, where="--rerank", registry=get_host().registry)
     bundle = load_bundle(bundle_dir, device=device)
-    index = read_index(index_dir)  # checked against the bundle's model by bundle.search, before any query is read
-    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold, rerank=rerank)
+    # Checked against the bundle's model by bundle.search, before any query is read.
+    index = read_index(index_dir, get_host().registry)
+    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold, rerank=spec)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
         return

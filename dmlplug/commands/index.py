@@ -1,8 +1,8 @@
 """The index commands of the ``dmlplug`` command line: index, index-add, index-remove.
 
 :func:`dmlplug.commands.register_commands` adds them to the app; the work happens in ``dmlplug/bundle/``
-(``index*.py``, ``codecs.py``). Only typer is imported here: numpy, faiss and torch come with the command that
-runs.
+(``index*.py``, ``codec_spec.py``) and in the codecs' plugins (``dmlplug list index_codecs``). Only typer is
+imported here: numpy, faiss and torch come with the command that runs.
 """
 
 from __future__ import annotations
@@ -27,17 +27,19 @@ def cmd_index(
                                       show_default=False)],
     images_dir: Annotated[Path | None, typer.Argument(help="Gallery folder (searched recursively); leave it out "
                                                       "with --from-shards.", show_default=False)] = None,
-    codec: Annotated[str | None, typer.Option("--codec", help="float32 (exact, the default), float16, int8, binary "
-                                              "(Hamming shortlist rescored exactly), pq (IVF-PQ), ivf or hnsw.")]
+    codec: Annotated[str | None, typer.Option("--codec", metavar="NAME[:KEY=VALUE,...]", help="A registered index "
+                                              "codec and its parameters (dmlplug list index_codecs --params): "
+                                              "float32 (exact, the default), float16, int8, binary (sign bits in "
+                                              "memory, rescored), pq (IVF-PQ), ivf, hnsw; e.g. pq:pq_m=64.")]
     = None,
     budget: Annotated[str | None, typer.Option("--budget", help="Memory budget: bytes per vector (64B) or for the "
-                                               "whole index (2GB, 512MiB); the most accurate codec that fits is "
-                                               "chosen, by recall measured on held-out images.")] = None,
+                                               "whole index (2GB, 512MiB), in memory; the most accurate codec that "
+                                               "fits is chosen, by recall measured on held-out images.")] = None,
     from_shards: Annotated[Path | None, typer.Option("--from-shards", help="Index the shards of a sharded "
                                                      "embedding (its manifest.json, or its folder) instead of "
                                                      "images.", show_default=False)] = None,
-    approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: the same as --codec ivf / "
-                                                    "hnsw.")] = None,
+    approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: the same as --codec.")]
+    = None,
     k: Annotated[int, typer.Option("--k", min=1, help="A further k of the reported recall@k (1 and 10 always).")]
     = 10,
     nlist: Annotated[int | None, typer.Option("--nlist", min=1, help="ivf, pq: inverted lists (default ≈ √N).")]
@@ -50,38 +52,43 @@ def cmd_index(
                                                  "code (default 8).")] = None,
     rescore: Annotated[int | None, typer.Option("--rescore", min=1, help="binary: Hamming candidates rescored, "
                                                 "times max(k, 10) (default 10).")] = None,
+    ef_search: Annotated[int | None, typer.Option("--ef-search", min=1, help="hnsw: candidates kept while "
+                                                  "searching the graph (default max(64, 2k)).")] = None,
     batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
 ) -> None:
     """Index a gallery folder or a sharded embedding: exact search, or a compressed / approximate --codec.
 
-    Every index records its bytes per vector and its recall@1 and @10 against exact search, measured on gallery
-    images held out of it while it is built.
+    Every index records its bytes per vector in memory and on disk and its recall@1 and @10 against exact search,
+    measured on gallery images held out of it while it is built.
     """
     from dmlplug.bundle.atomic import atomic_folder, check_destination
     from dmlplug.bundle.bundle import load_bundle
-    from dmlplug.bundle.codecs import check_codec
+    from dmlplug.bundle.codec_spec import EXACT_CODEC, budget_codecs, pick_codec
     from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index import APPROXIMATE, Gallery, MemoryGallery, build_from
+    from dmlplug.bundle.index import Gallery, MemoryGallery, build_from
     from dmlplug.bundle.index_budget import choose, format_table, parse_budget
     from dmlplug.bundle.index_files import save_index
+    from dmlplug.plugins import get_host
 
-    if approximate is not None and approximate not in APPROXIMATE:
-        raise BundleError(f"unknown approximate index {approximate!r}", fix=f"use one of {', '.join(APPROXIMATE)}")
     if codec is not None and approximate is not None and codec != approximate:
         raise BundleError(f"--codec {codec} and --approximate {approximate} ask for two indexes", fix="give one")
-    codec = codec or approximate
-    if codec is not None:
-        check_codec(codec)
-    if budget is not None and codec is not None:
+    if budget is not None and (codec or approximate) is not None:
         raise BundleError("--budget chooses the codec: give --budget or --codec, not both", fix="leave one out")
     limit = parse_budget(budget) if budget is not None else None
     if (images_dir is None) == (from_shards is None):
         raise BundleError("index needs a gallery: an IMAGES_DIR or --from-shards MANIFEST, exactly one",
                           fix="dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR, or dmlplug index BUNDLE_DIR "
                           "--from-shards SHARDS_DIR --out INDEX_DIR")
+    given = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "pq_nbits": pq_nbits, "rescore": rescore,
+             "ef_search": ef_search}
+    registry = get_host().registry
+    candidates = budget_codecs(registry, **given) if limit is not None else \
+        [pick_codec(codec or approximate or EXACT_CODEC, registry,
+                    where="--approximate" if approximate and not codec else "--codec", **given)]
     check_destination(out, "index")
-    given = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "pq_nbits": pq_nbits, "rescore": rescore}
     bundle = load_bundle(bundle_dir, device=device)
+    for candidate in candidates:  # a parameter impossible for the embedding size, before anything is embedded
+        candidate.component.plan(1, bundle.embedding_size, k)
     gallery: Gallery
     if from_shards is not None:
         gallery = _shards_of(bundle, from_shards)
@@ -91,22 +98,23 @@ def cmd_index(
                                                quiet=quiet))
     table = None
     if limit is not None:
-        index, table = choose(gallery, limit, k=k, given=given)
+        index, table = choose(gallery, limit, candidates, k=k)
     else:
-        index = build_from(gallery, codec or "float32", k=k, given=given)
+        index = build_from(gallery, candidates[0], k=k)
     with atomic_folder(out, "index") as folder:
         save_index(index, folder, bundle.built_by())
     if table is not None:
-        _say(f"budget {limit.text if limit else ''}: {index.codec}, the most accurate codec that fits "
+        _say(f"budget {limit.text if limit else ''}: {index.codec}, the most accurate codec that fits in memory "
              f"(recall measured on held-out gallery images):\n{format_table(table, index.codec)}")
     typer.echo(f"{index.kind} index of {index.size} images written to {out}{_describe(index.info)}")
 
 
 def _describe(info: dict[str, object]) -> str:
     """The codec, bytes per vector and measured recall of an index, as a clause of the closing line."""
-    text = f" (codec {info.get('codec', 'float32')}"
-    if "bytes_per_vector" in info:
-        text += f", {info['bytes_per_vector']:.1f} bytes per vector"
+    text = f" (codec {info.get('codec')}"
+    if "memory_bytes_per_vector" in info:
+        text += (f", {info['memory_bytes_per_vector']:.1f} bytes per vector in memory, "
+                 f"{info['disk_bytes_per_vector']:.1f} on disk")
     held = info.get("recall_queries")
     if held:
         recalls = ", ".join(f"{key} {value:.4f}" for key, value in info.items()
@@ -139,9 +147,10 @@ def cmd_index_add(
     from dmlplug.bundle.index_edit import add_items, rewrite
     from dmlplug.bundle.index_files import check_built_by, read_index
     from dmlplug.bundle.index_shards import is_sharded
+    from dmlplug.plugins import get_host
 
     bundle = load_bundle(bundle_dir, device=device)
-    index = read_index(index_dir)
+    index = read_index(index_dir, get_host().registry)
     check_built_by(index, bundle)
     before = index.size
     if is_sharded(source):
@@ -199,6 +208,7 @@ def cmd_index_remove(
     """Remove images from an index without rebuilding it; the folder is replaced atomically."""
     from dmlplug.bundle.errors import BundleError
     from dmlplug.bundle.index_edit import edit_folder
+    from dmlplug.plugins import get_host
 
     try:
         lines = paths_file.read_text(encoding="utf-8").splitlines()
@@ -206,5 +216,5 @@ def cmd_index_remove(
         raise BundleError(f"cannot read the paths to remove from {paths_file}: {exc}", where=str(paths_file),
                           fix="give a text file with one image path per line") from None
     paths = [line.strip() for line in lines if line.strip()]
-    index = edit_folder(index_dir, remove=paths)
+    index = edit_folder(index_dir, get_host().registry, remove=paths)
     typer.echo(f"{len(set(paths))} images removed from {index_dir}: {index.size} left")

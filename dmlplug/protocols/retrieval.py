@@ -16,11 +16,11 @@ from typing import Any, Protocol, runtime_checkable
 class RerankProblem(Protocol):
     """What a re-ranker works on, filled by dmlplug (a re-ranker reads it; it never builds one).
 
-    Rows of :attr:`gallery` are what every search returns; ``-1`` marks a missing neighbour.
+    Rows of :attr:`gallery` are what every search returns; ``-1`` marks a missing neighbour, after every found one.
 
     Attributes:
         queries: ``Q×D`` float32 unit vectors.
-        gallery: ``G×D`` float32 unit vectors.
+        gallery: ``G×D`` float32 unit vectors (an index's removed items are zero rows that no search returns).
         depth: ``Q`` ints, or ``None``: how many leading neighbours of each query the caller reads (an evaluation
             certifies only those); pass it on to the last search.
         budget_bytes: Working memory the re-ranker may use for its own arrays.
@@ -46,7 +46,7 @@ class RerankProblem(Protocol):
         """
 
     def gallery_neighbours(self, n: int) -> Any:
-        """``G×n`` rows: each gallery item's ``n`` nearest other gallery items (exact, canonical order)."""
+        """``G×n`` rows: each gallery item's ``n`` nearest other gallery items by cosine (exact, canonical order)."""
 
 
 @runtime_checkable
@@ -61,43 +61,71 @@ class Reranker(Protocol):
 class IndexCodec(Protocol):
     """How ``dmlplug index --codec NAME`` stores and searches a gallery (float32, int8, pq, hnsw …).
 
-    The codec's ``Params`` hold what a user may set (``None``: derived from the gallery by :meth:`plan`).
+    The codec is built from its ``Params`` (what a user may set; ``None``: derived by :meth:`plan`). Its index has
+    faiss's interface: ``d``, ``ntotal``, ``is_trained``, ``train(x)``, ``add_with_ids(x, labels)``,
+    ``remove_ids(labels)`` and ``search(queries, k) -> (similarities, labels)`` by inner product (``-1``: a slot
+    it could not fill). Labels are gallery rows. dmlplug trains it on a sample, adds the gallery chunk by chunk,
+    measures its recall against exact search, writes it with ``index.json`` and checks its files when it reads it.
 
     Attributes:
+        exact: Whether it is the exact search of the float32 vectors: dmlplug then builds with :meth:`new_index`
+            and takes the vectors back with :meth:`reconstruct` to keep them itself (searched without faiss too,
+            written as ``index.faiss`` or ``embeddings.pt``); :meth:`sizes`, :meth:`save` and :meth:`load` are not
+            called.
         removable: Whether its index can remove items (``dmlplug index-remove``).
-        keeps_floats: Whether its index keeps every item's float32 vector (re-ranking needs them).
+        keeps_floats: Whether its index gives back every item's float32 vector (:meth:`reconstruct`;
+            ``dmlplug search --rerank`` needs them).
     """
 
+    exact: bool
     removable: bool
     keeps_floats: bool
 
     def plan(self, n: int, dim: int, k: int) -> dict[str, Any]:
         """Every parameter of an index of ``n`` ``dim``-d vectors searched for ``k`` neighbours.
 
-        Those the Params give, the others derived; JSON values, recorded in ``index.json``.
+        Those the Params give, the others derived; JSON values, recorded in ``index.json`` (a folder is read back
+        with the Params its keys name). ``dmlplug index`` asks it once with ``n = 1`` before it embeds anything, so
+        that a parameter impossible for ``dim`` is refused first.
+
+        Raises:
+            DmlplugError: A parameter is impossible for ``dim`` (a sub-vector count that does not divide it).
         """
 
-    def budget_plans(self, n: int, dim: int, k: int, limit: float) -> list[dict[str, Any]]:
-        """The plans ``--budget`` tries under ``limit`` bytes per vector, most accurate first.
-
-        Empty when none fits, or when the codec is not a compression ``--budget`` chooses from.
-        """
+    def budget_plans(self, n: int, dim: int, k: int) -> list[dict[str, Any]]:
+        """The plans ``--budget`` tries, finest first (the first one that fits is kept); empty: not a candidate."""
 
     def bytes_floor(self, dim: int, plan: dict[str, Any]) -> float:
-        """The least an index of ``plan`` stores per vector (its code and its id), before it is built."""
+        """The least a vector of a ``plan`` index takes in memory (its code and its id), known before it is built.
+
+        ``--budget`` builds no plan whose floor exceeds the budget.
+        """
 
     def training_rows(self, n: int, plan: dict[str, Any]) -> int:
         """How many of ``n`` gallery vectors train the index (0: it needs no training)."""
 
     def new_index(self, dim: int, plan: dict[str, Any]) -> Any:
-        """An empty index with faiss's interface.
+        """An empty index of ``plan``, its search parameters set."""
 
-        ``is_trained``, ``ntotal``, ``train``, ``add_with_ids``, ``remove_ids`` and
-        ``search(queries, k) -> (similarities, labels)`` by inner product.
+    def reconstruct(self, index: Any, labels: Any) -> Any:
+        """``L×d`` float32 vectors of the ``labels`` (asked only when :attr:`keeps_floats`)."""
+
+    def sizes(self, index: Any) -> tuple[int, int]:
+        """``(bytes in memory, bytes on disk)`` of the index's data once loaded and once saved.
+
+        They differ when the index keeps part of its data in files it reads through a memory map.
         """
 
-    def save(self, index: Any, path: Path) -> list[Path]:
-        """Write ``index`` to ``path`` (and files beside it); returns every file written."""
+    def save(self, index: Any, folder: Path) -> list[str]:
+        """Write ``index`` into ``folder``; returns the names of the files written (``index.json`` records them)."""
 
-    def load(self, path: Path, plan: dict[str, Any]) -> Any:
-        """The index :meth:`save` wrote to ``path``, with ``plan``'s search parameters set."""
+    def load(self, folder: Path, plan: dict[str, Any]) -> Any:
+        """The index :meth:`save` wrote into ``folder``, with ``plan``'s search parameters set.
+
+        ``plan`` is what ``index.json`` records, possibly written by an older dmlplug.
+
+        Raises:
+            ValueError: The files hold another kind of index, or are damaged; the message says what they hold
+                (``"a IndexFlatIP of 24 8-d vectors"``).
+            RuntimeError: faiss cannot read a file (truncated, not an index).
+        """

@@ -118,3 +118,19 @@ def trained_evaluation(trained_run):
     embeddings, labels = embed_dataset(loaded.model, TransformedSource(loaded.dataset.test, loaded.test_transform),
                                        batch_size=loaded.recipe.data.eval_batch_size, workers=0, device="cpu")
     return embeddings.numpy(), labels, loaded
+
+
+@pytest.fixture(scope="session")
+def codec_registry():
+    """The registry of the built-in plugins (no entry points): where `dmlplug index` finds the built-in codecs."""
+    from dmlplug.plugins import PluginHost
+
+    return PluginHost().load(entry_points=False).registry
+
+
+@pytest.fixture(scope="session")
+def codec(codec_registry):
+    """``codec("pq:pq_m=4", nlist=4)``: a built-in index codec, picked as `dmlplug index --codec ... --nlist 4` does."""
+    from dmlplug.bundle.codec_spec import pick_codec
+
+    return lambda spec, **fields: pick_codec(spec, codec_registry, **fields)

@@ -48,28 +48,35 @@ def embedded(onnx_bundle, image_folder, tmp_path_factory):
         return out, data["embeddings"], [str(p) for p in data["paths"]]
 
 
-@pytest.mark.parametrize("codec", ["float16", "int8", "binary", "pq"])
+@pytest.mark.parametrize("codec", ["float16", "int8", "binary", "binary:rescore_from=int8", "pq:pq_m=4"])
 def test_search_and_the_python_api_use_every_codec(onnx_bundle, image_folder, embedded, tmp_path, codec, cli):
-    out, _ = _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / codec, "--codec", codec, "-q"))
-    meta = json.loads((tmp_path / codec / "index.json").read_text())
-    assert meta["codec"] == meta["kind"] == codec and meta["recall_queries"] == 2
-    assert f"(codec {codec}, {meta['bytes_per_vector']:.1f} bytes per vector)" in out
+    folder = tmp_path / codec.replace(":", "_")
+    out, _ = _ok(cli("index", onnx_bundle, image_folder, "--out", folder, "--codec", codec, "-q"))
+    meta = json.loads((folder / "index.json").read_text())
+    name = codec.partition(":")[0]
+    assert meta["codec"] == meta["kind"] == name and meta["recall_queries"] == 2
+    assert (f"(codec {name}, {meta['memory_bytes_per_vector']:.1f} bytes per vector in memory, "
+            f"{meta['disk_bytes_per_vector']:.1f} on disk)") in out
+    if ":" in codec:  # the parameter given with the codec is the index's
+        key, _, value = codec.partition(":")[2].partition("=")
+        assert str(meta[key]) == value
     _, _, paths = embedded
-    result, _ = _ok(cli("search", onnx_bundle, tmp_path / codec, paths[3], "--k", "3", "--json"))
+    result, _ = _ok(cli("search", onnx_bundle, folder, paths[3], "--k", "3", "--json"))
     matches = json.loads(result)[0]["matches"]
     assert len(matches) == 3 and all(m["path"] in paths for m in matches)
-    assert dmlplug.load_bundle(onnx_bundle).search([paths[3]], tmp_path / codec, k=3) == json.loads(result)
+    assert dmlplug.load_bundle(onnx_bundle).search([paths[3]], folder, k=3) == json.loads(result)
 
 
 def test_the_budget_prints_its_candidates_and_a_budget_nothing_meets_writes_nothing(onnx_bundle, image_folder,
                                                                                     tmp_path, cli):
     out, err = _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "fit", "--budget", "1MB", "-q"))
     # every candidate fits 1MB for 24 images: the best recall@10, then recall@1, then the fewest bytes wins
-    rows = {m[1]: [float(m[2]), float(m[3]), float(m[4])] for m in
-            (re.match(r"^[* ] (\w+) +([\d.]+) +([\d.]+) +([\d.]+) +yes\b", line) for line in err.splitlines()) if m}
+    rows = {m[1]: [float(m[2]), float(m[4]), float(m[5])] for m in
+            (re.match(r"^[* ] (\w+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +yes\b", line)
+             for line in err.splitlines()) if m}
     assert set(rows) == {"float32", "float16", "int8", "binary", "pq"}, err
     best = max(rows, key=lambda c: (rows[c][2], rows[c][1], -rows[c][0]))
-    assert f"budget 1MB: {best}, the most accurate codec that fits" in err and f"* {best} " in err
+    assert f"budget 1MB: {best}, the most accurate codec that fits in memory" in err and f"* {best} " in err
     assert json.loads((tmp_path / "fit" / "index.json").read_text())["codec"] == best
     assert rows["float32"][1:] == [1.0, 1.0]  # exact
     _one_clear_error(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "none", "--budget", "1B", "-q"),
@@ -79,14 +86,24 @@ def test_the_budget_prints_its_candidates_and_a_budget_nothing_meets_writes_noth
 
 def test_mistakes_of_index_are_one_clear_error_and_write_nothing(onnx_bundle, image_folder, tmp_path, cli):
     out = tmp_path / "x"
-    for args, phrase in ((("--codec", "lz4"), "unknown index codec 'lz4'"),
-                         (("--codec", "pq", "--budget", "64B"), "give --budget or --codec, not both"),
-                         (("--budget", "lots"), "--budget 'lots' is not a size"),
-                         (("--codec", "int8", "--nlist", "4"), "--nlist does not apply to the int8 codec"),
-                         (("--codec", "pq", "--pq-m", "3"), "--pq-m 3 does not divide the embedding size 8"),
-                         (("--from-shards", tmp_path), "exactly one")):
-        _one_clear_error(cli("index", onnx_bundle, image_folder, "--out", out, *args, "-q"), phrase)
+    listing = "dmlplug list index_codecs --params"
+    for args, phrases in ((("--codec", "lz4"), ("unknown index_codec 'lz4'", listing)),
+                          (("--codec", "pq:pq_m=0"), ("pq_m: Input should be greater than or equal to 1", listing)),
+                          (("--codec", "binary:rescore_from=tape"), ("rescore_from", "'disk', 'int8' or 'none'",
+                                                                     listing)),
+                          (("--codec", "pq:pq_m"), ("'pq_m' is not key=value", listing)),
+                          (("--codec", "pq:pq_m=2", "--pq-m", "2"), ("both set pq_m",)),
+                          (("--codec", "pq", "--budget", "64B"), ("give --budget or --codec, not both",)),
+                          (("--budget", "lots"), ("--budget 'lots' is not a size",)),
+                          (("--codec", "int8", "--nlist", "4"), ("--nlist does not apply to the int8 codec",
+                                                                 "(ivf, pq)")),
+                          (("--codec", "pq", "--pq-m", "3"), ("pq_m 3 does not divide the embedding size 8",)),
+                          (("--from-shards", tmp_path), ("exactly one",))):
+        _one_clear_error(cli("index", onnx_bundle, image_folder, "--out", out, *args, "-q"), *phrases)
         assert not out.exists()
+    # A bad codec is refused before the bundle is even read (a missing one here), let alone the images embedded.
+    _one_clear_error(cli("index", tmp_path / "no_bundle", image_folder, "--out", out, "--codec", "lz4"),
+                     "unknown index_codec 'lz4'")
 
 
 def _shards(folder, embeddings, paths, model, bounds=(0, 10, 24)):
@@ -156,7 +173,7 @@ def test_an_index_of_another_bundle_takes_no_additions(onnx_bundle, image_folder
     assert _digest(tmp_path / "index") == before
 
 
-@pytest.mark.parametrize("name", ["index.faiss", "rescore.faiss"])
+@pytest.mark.parametrize("name", ["index.faiss", "vectors.npy"])
 def test_a_truncated_binary_index_file_is_one_clear_error(onnx_bundle, image_folder, embedded, tmp_path, name, cli):
     _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "bin", "--codec", "binary", "-q"))
     data = tmp_path / "bin" / name
@@ -165,4 +182,5 @@ def test_a_truncated_binary_index_file_is_one_clear_error(onnx_bundle, image_fol
                      "bytes where index.json records")
     meta = json.loads((tmp_path / "bin" / "index.json").read_text())
     (tmp_path / "bin" / "index.json").write_text(json.dumps({**meta, "files": {}}))
-    _one_clear_error(cli("search", onnx_bundle, tmp_path / "bin", embedded[2][0]), "cannot be read by faiss")
+    _one_clear_error(cli("search", onnx_bundle, tmp_path / "bin", embedded[2][0]),
+                     "cannot be read by faiss" if name == "index.faiss" else "hold a damaged vectors.npy")

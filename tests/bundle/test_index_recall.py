@@ -29,9 +29,9 @@ def _brute_force_recall(gallery, queries, found, k, rows=None):
 
 
 @pytest.mark.parametrize("k", [1, 10])
-def test_ivf_recall_is_measured_on_held_out_queries(k):
+def test_ivf_recall_is_measured_on_held_out_queries(k, codec):
     gallery = _clustered(4000, 32, 200, seed=1)
-    index = build_index(gallery, [str(i) for i in range(len(gallery))], codec="ivf", k=k)
+    index = build_index(gallery, [str(i) for i in range(len(gallery))], codec("ivf"), k=k)
     info = index.info
     assert info["nlist"] > 1 and info["nprobe"] < info["nlist"]  # probing a subset: approximate for real
     held = holdout_rows(len(gallery))
@@ -49,12 +49,12 @@ def test_ivf_recall_is_measured_on_held_out_queries(k):
     assert info[f"recall@{k}"] == pytest.approx(expected, abs=1e-12)
 
 
-def test_hnsw_recall_matches_brute_force_on_new_queries():
+def test_hnsw_recall_matches_brute_force_on_new_queries(codec):
     """New queries (not in the gallery, same distribution) searched in the finished index: brute force gives 0.914
     where the index recorded 0.943 (400 held-out queries, ±0.012 standard error, searched in the index before the
     held-out tenth joined it); a query in the index finds itself, recall@1 = 1."""
     gallery = _clustered(4000, 256, 1, seed=2, noise=10.0)  # nearly uniform on the 256-d sphere: hard for HNSW
-    index = build_index(gallery, [str(i) for i in range(len(gallery))], codec="hnsw", k=1)
+    index = build_index(gallery, [str(i) for i in range(len(gallery))], codec("hnsw"), k=1)
     recorded = index.info["recall@1"]
     queries = _clustered(4000, 256, 1, seed=3, noise=10.0)
     _, found = index.search(queries, 1)
@@ -63,8 +63,8 @@ def test_hnsw_recall_matches_brute_force_on_new_queries():
     assert recorded < 0.97  # a self-query measurement gives 1.0
 
 
-def test_a_gallery_too_small_to_hold_out_a_query_records_no_recall():
+def test_a_gallery_too_small_to_hold_out_a_query_records_no_recall(codec):
     gallery = _clustered(9, 8, 3, seed=4)
-    index = build_index(gallery, [str(i) for i in range(9)], codec="hnsw", k=5)
+    index = build_index(gallery, [str(i) for i in range(9)], codec("hnsw"), k=5)
     assert index.info["recall_queries"] == 0 and not any(key.startswith("recall@") for key in index.info)
     assert len(holdout_rows(10)) == 1 and len(holdout_rows(100_000)) == 1000

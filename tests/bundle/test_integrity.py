@@ -174,10 +174,11 @@ def _truncate(path):
     (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()), "dim": 16})),
      "holds a IndexFlatIP of 24 8-d vectors, but index.json records a exact index of 24 16-d vectors"),
     (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()), "files": {},
-                                                          "kind": "hnsw", "codec": "hnsw"})), "holds a IndexFlatIP"),
+                                                          "kind": "hnsw", "codec": "hnsw"})), "hold a IndexFlatIP"),
 ])
 def test_a_damaged_index_is_one_clear_error(onnx_bundle, index_dir, image_folder, tmp_path, damage, phrase, cli):
     from dmlplug.bundle.index_files import read_index
+    from dmlplug.plugins import get_host
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -186,7 +187,7 @@ def test_a_damaged_index_is_one_clear_error(onnx_bundle, index_dir, image_folder
     _one_clear_error(code, err, phrase, "dmlplug index")
     assert out == ""
     with pytest.raises(BundleError, match="index"):
-        read_index(copy)
+        read_index(copy, get_host().registry)
 
 
 def test_a_truncated_torch_index_is_one_clear_error(onnx_bundle, image_folder, tmp_path, monkeypatch, cli):

@@ -153,7 +153,7 @@ def test_one_clear_message_per_mistake(onnx_bundle, gallery, image_folder, tmp_p
     code, _, err = cli("search", onnx_bundle, tmp_path, paths[0])
     assert code == 2 and "is not a readable index folder" in err
     code, _, err = cli("index", onnx_bundle, image_folder, "--out", tmp_path / "x", "--approximate", "lsh")
-    assert code == 2 and "unknown approximate index 'lsh'" in err
+    assert code == 2 and "unknown index_codec 'lsh'" in err and "--approximate" in err
     code, _, err = cli("embed", onnx_bundle, tmp_path / "missing", "--out", tmp_path / "e.npz")
     assert code == 2 and "is not a folder" in err
 
