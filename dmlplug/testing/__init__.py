@@ -28,13 +28,15 @@ equal class counts). Anything else is reported, never skipped.
 The kit is split by component kind: :mod:`.fixtures` (sizes, host, context, :func:`build`), :mod:`.losses`
 (losses and miners), :mod:`.regularizers` (with :func:`make_step`), :mod:`.samplers`, :mod:`.evaluators`,
 :mod:`.heads`, :mod:`.loggers`, :mod:`.datasets`, :mod:`.geometry` (distances and reducers),
-:mod:`.training` (optimizers, LR schedules, augmentation policies) and :mod:`.plugin` (:func:`check_component`,
+:mod:`.training` (optimizers, LR schedules, augmentation policies), :mod:`.retrieval` (re-rankers),
+:mod:`.tuning` (tune samplers and pruners), :mod:`.codecs` (index codecs) and :mod:`.plugin` (:func:`check_component`,
 :func:`check_plugin`); every public name is importable from ``dmlplug.testing`` itself. Importing it does not
 import torch; the checks do.
 """
 
 from __future__ import annotations
 
+from dmlplug.testing.codecs import check_index_codec
 from dmlplug.testing.datasets import check_dataset
 from dmlplug.testing.evaluators import check_evaluator
 from dmlplug.testing.fixtures import (
@@ -57,14 +59,17 @@ from dmlplug.testing.loggers import check_logger
 from dmlplug.testing.losses import check_loss, check_miner
 from dmlplug.testing.plugin import check_component, check_plugin
 from dmlplug.testing.regularizers import STEP_REQUIREMENTS, check_regularizer, make_step
+from dmlplug.testing.retrieval import check_reranker
 from dmlplug.testing.samplers import check_sampler, sampler_context, uneven_labels
 from dmlplug.testing.training import check_augmentation, check_lr_schedule, check_optimizer
+from dmlplug.testing.tuning import check_tune_pruner, check_tune_sampler
 
 __all__ = [
     "BATCH", "EMBEDDING_SIZE", "FEATURE_DIM", "IMAGE_SIZE", "NUM_CLASSES", "PER_CLASS", "STEP_REQUIREMENTS",
     "ContractError", "batch_labels", "build", "check_augmentation", "check_component", "check_dataset",
-    "check_distance",
-    "check_evaluator", "check_head", "check_logger", "check_loss", "check_lr_schedule", "check_miner",
-    "check_optimizer", "check_plugin", "check_reducer", "check_regularizer", "check_sampler", "load_host",
+    "check_distance", "check_evaluator", "check_head", "check_index_codec", "check_logger", "check_loss",
+    "check_lr_schedule", "check_miner",
+    "check_optimizer", "check_plugin", "check_reducer", "check_regularizer", "check_reranker", "check_sampler",
+    "check_tune_pruner", "check_tune_sampler", "load_host",
     "make_context", "make_step", "sampler_context", "tagged_table", "uneven_labels",
 ]

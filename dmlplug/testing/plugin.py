@@ -9,6 +9,7 @@ from typing import Any
 
 from dmlplug.protocols.kinds import KINDS
 from dmlplug.registry import normalize_kind
+from dmlplug.testing.codecs import check_index_codec
 from dmlplug.testing.datasets import check_dataset
 from dmlplug.testing.evaluators import check_evaluator
 from dmlplug.testing.fixtures import expect, load_host, plugin_name
@@ -17,15 +18,18 @@ from dmlplug.testing.heads import check_head
 from dmlplug.testing.loggers import check_logger
 from dmlplug.testing.losses import check_loss, check_miner
 from dmlplug.testing.regularizers import check_regularizer
+from dmlplug.testing.retrieval import check_reranker
 from dmlplug.testing.samplers import check_sampler
 from dmlplug.testing.training import check_augmentation, check_lr_schedule, check_optimizer
+from dmlplug.testing.tuning import check_tune_pruner, check_tune_sampler
 
 #: The contract check of each component kind that has one.
 CHECKS: dict[str, Callable[..., None]] = {
     "losses": check_loss, "miners": check_miner, "regularizers": check_regularizer, "samplers": check_sampler,
     "evaluators": check_evaluator, "heads": check_head, "loggers": check_logger, "distances": check_distance,
     "reducers": check_reducer, "optimizers": check_optimizer, "lr_schedules": check_lr_schedule,
-    "augmentations": check_augmentation, "datasets": check_dataset,
+    "augmentations": check_augmentation, "datasets": check_dataset, "rerankers": check_reranker,
+    "tune_samplers": check_tune_sampler, "tune_pruners": check_tune_pruner, "index_codecs": check_index_codec,
 }
 
 

@@ -1,5 +1,6 @@
-"""Contract tests parametrized over the registry: every loss, miner, regularizer, sampler, evaluator, head and
-logger builds from its defaults on a tiny context and behaves; and the checks catch broken components.
+"""Contract tests parametrized over the registry: every loss, miner, regularizer, sampler, evaluator, head, logger,
+re-ranker, tune sampler and pruner … builds from its defaults on a tiny context and behaves; and the checks catch
+broken components.
 
 The checks themselves live in :mod:`dmlplug.testing`, where plugin authors use them for their own components;
 a component registered tomorrow is tested here automatically. A component that needs context the checks
@@ -28,7 +29,8 @@ OPTIONS = {
 
 @pytest.mark.parametrize(("kind", "name"), [
     (kind, name) for kind in ("losses", "miners", "regularizers", "samplers", "evaluators", "heads", "loggers",
-                              "distances", "reducers", "optimizers", "lr_schedules", "augmentations")
+                              "distances", "reducers", "optimizers", "lr_schedules", "augmentations", "rerankers",
+                              "tune_samplers", "tune_pruners", "index_codecs")
     for name in HOST.registry.names(kind)
 ])
 def test_builtin_component_passes_its_contract(kind, name, seeded):

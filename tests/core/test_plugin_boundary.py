@@ -44,6 +44,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "dmlplug.data.download",
     "dmlplug.evaluation.*",
     "dmlplug.files",
+    "dmlplug.bundle.errors",
     "dmlplug.checkpoints",
     "dmlplug.devices",
     "dmlplug.proxies",

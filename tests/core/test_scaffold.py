@@ -1,4 +1,5 @@
-"""`dmlplug plugin new`: the generated distribution passes its own tests, installs and registers its loss."""
+"""`dmlplug plugin new`: for every kind, the generated distribution passes its own tests and ruff, and registers
+its component; its contract test survives a second component."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from e2e import run_cli
 
 from dmlplug.errors import DmlplugError
-from dmlplug.scaffold import new_plugin, plugin_names
+from dmlplug.protocols.kinds import KINDS
+from dmlplug.scaffold import TEMPLATES, new_plugin, plugin_names
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +40,57 @@ def test_layout_and_entry_point(generated):
     assert not [p for p in generated.parent.iterdir() if p.name.startswith(".dmlplug-new-")]
 
 
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    """One generated distribution per kind (``dmlplug-k-<kind>``), in one folder."""
+    parent = tmp_path_factory.mktemp("kinds")
+    for kind in TEMPLATES:
+        new_plugin(f"k-{kind.replace('_', '-')}", parent, kind)
+    return parent
+
+
+def test_there_is_a_template_for_every_kind():
+    assert sorted(TEMPLATES) == sorted(KINDS)
+
+
 @pytest.mark.slow
-def test_generated_tests_pass_as_generated(generated):
-    # Not installed, not on PYTHONPATH: the generated pyproject puts the project on pytest's path.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "dmlplug-my-loss/tests"],
-                          cwd=generated.parent,
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "4 passed" in proc.stdout
+def test_every_kinds_generated_tests_pass_as_generated_and_after_a_second_component(every_kind):
+    # A second component in one of them: the generated contract test asks for its own among those checked.
+    init = every_kind / "dmlplug-k-miners" / "dmlplug_k_miners" / "__init__.py"
+    init.write_text(init.read_text() + '''
+
+@hookimpl(specname="register_miners")
+def register_a_second_miner(register: Register) -> None:
+    """A second miner, as an author adds one."""
+    register("k_miners_strict_pairs", build_k_miners, params=KMinersParams, tags=("pairs",),
+             description="The same miner under a second name.")
+''')
+    # Not installed, not on PYTHONPATH by their own pyproject here: one pytest process runs them all.
+    dists = sorted(p for p in every_kind.iterdir() if p.is_dir())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(d) for d in dists)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+                           *(str(d / "tests") for d in dists)], cwd=every_kind, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    counts = {kind: len(list((every_kind / f"dmlplug-k-{kind.replace('_', '-')}" / "tests").glob("test_*.py")))
+              for kind in TEMPLATES}
+    assert set(counts.values()) == {1} and " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_every_kinds_generated_code_passes_ruff(every_kind):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    for dist in sorted(p for p in every_kind.iterdir() if p.is_dir()):
+        proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(config), "--no-cache", "."],
+                              cwd=dist, capture_output=True, text=True)
+        assert proc.returncode == 0, dist.name + ": " + proc.stdout + proc.stderr
+
+
+def test_an_unknown_kind_is_refused_with_the_kinds(tmp_path):
+    proc = run_cli("plugin", "new", "x", "--kind", "reranker2", "--out", tmp_path)
+    assert proc.returncode != 0 and "no plugin template for kind 'reranker2'" in proc.stderr
+    assert "did you mean" in proc.stderr and not list(tmp_path.iterdir())
 
 
 def test_generated_code_passes_ruff(generated):
