@@ -164,5 +164,7 @@ def with_views(main: Any, views: int, extra: Callable[[str | None], Any]) -> Any
 
 def _policy(name: str, image_size: int, ctx: Any = None) -> Any:
     from dmlplug.context import BuildContext
+    from dmlplug.plugins import get_host
 
-    return (ctx or BuildContext()).build("augmentations", {"name": name}, image_size=image_size)
+    # build_train_views is public API: without a context it builds with the process's host, as dmlplug.create does.
+    return (ctx or BuildContext(host=get_host())).build("augmentations", {"name": name}, image_size=image_size)

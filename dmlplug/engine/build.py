@@ -143,8 +143,7 @@ def build_model(recipe: Any, ctx: BuildContext) -> Any:
     return EmbeddingModel(backbone, head)
 
 
-def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
-                     ctx: BuildContext | None = None) -> tuple[Any, Any]:
+def build_transforms(recipe: Any, dataset: Any, views: int = 1, *, ctx: BuildContext) -> tuple[Any, Any]:
     """``(train transform, test transform)``; with ``views > 1`` the train transform gives that many views.
 
     The train transform is the recipe's augmentation (``[data] augment``; ``"auto"``: the dataset's
@@ -157,7 +156,7 @@ def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
         recipe: The :class:`~dmlplug.recipe.ValidatedRecipe`.
         dataset: The built dataset (its ``default_augment`` resolves ``"auto"``).
         views: Total number of views of every training image (``ctx.needs.views``).
-        ctx: The run's context (default: a bare one, whose registry is the process-wide plugin host's).
+        ctx: The run's context (its host's registry resolves the augmentation's name).
 
     Raises:
         ComponentError: ``"auto"`` resolves to an augmentation that is not registered, or a policy fails.
@@ -165,7 +164,7 @@ def build_transforms(recipe: Any, dataset: Any, views: int = 1, *,
     from dmlplug.data.transforms import build_test_transform, eval_crop, with_views
 
     data = recipe.recipe.data
-    ctx = (ctx or BuildContext()).changed(image_size=data.image_size, resize_size=data.resize_size)
+    ctx = ctx.changed(image_size=data.image_size, resize_size=data.resize_size)
     spec = augmentation_spec(recipe, dataset, ctx)
     main = build_component(spec, ctx)
 
@@ -187,10 +186,7 @@ def augmentation_spec(recipe: Any, dataset: Any, ctx: BuildContext) -> Any:
     spec = recipe.components.get("data.augment")
     if spec is not None:
         return spec
-    from dmlplug.data import DatasetBundle
-
-    # A dataset that is no DatasetBundle gets the bundle's default.
-    name = getattr(dataset, "default_augment", DatasetBundle.default_augment)
+    name = dataset.default_augment  # the Dataset protocol declares it (checked when the dataset was built)
     return _augmentation(name, ctx, f'[data] augment = "auto": the default_augment of the dataset ({name!r})')
 
 
@@ -272,7 +268,7 @@ def _check_evaluated_splits(dataset: Any, recipe: Any, name: str) -> None:
     from dmlplug.data.splits import RECIPE_CLASSES_WHERE, check_split_sizes
     from dmlplug.engine.selection import evaluated_splits, resolve_splits
 
-    has_val = getattr(dataset, "val", None) is not None
+    has_val = dataset.val is not None
     resolve_splits(recipe.recipe.evaluation, has_val=has_val, dataset=name)
     where = RECIPE_CLASSES_WHERE if recipe.recipe.data.train_classes is not None else f"[data.dataset] ({name})"
     check_split_sizes(dataset, ("train", *evaluated_splits(recipe.recipe.evaluation, has_val)), where=where)

@@ -27,14 +27,14 @@ def data_facts(bundle: Any, dataset_name: str) -> dict[str, Any]:
         bundle: The built dataset bundle.
         dataset_name: The recipe's ``data.dataset.name``.
     """
-    info = dict(getattr(bundle, "info", None) or {})
+    info = dict(bundle.info or {})
     splits: dict[str, Any] = {}
     for split in ("train", "val", "test"):
         source = getattr(bundle, split, None)
         if source is None:
             continue
         splits[split] = {"images": len(source), "classes": int(source.num_classes)}
-    query, gallery = getattr(bundle, "test_query_mask", None), getattr(bundle, "test_gallery_mask", None)
+    query, gallery = bundle.test_query_mask, bundle.test_gallery_mask
     if query is not None:
         splits["test"]["queries"] = int(query.sum())
     if gallery is not None:

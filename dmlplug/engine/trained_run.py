@@ -116,5 +116,5 @@ def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
         raise DataError(f"the weights in {file} do not fit the recipe's model: {exc}", where=str(file),
                         fix="drop the overrides that change the backbone or head") from exc
     model.to(device).eval()
-    _, test_transform = build_transforms(recipe, dataset)
+    _, test_transform = build_transforms(recipe, dataset, ctx=ctx)
     return LoadedRun(recipe.recipe, recipe.resolved(), model, dataset, test_transform, file, run_dir)

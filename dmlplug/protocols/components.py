@@ -139,12 +139,53 @@ class BatchSampler(Protocol):
 
 
 @runtime_checkable
-class Dataset(Protocol):
-    """The splits of one dataset (a :class:`dmlplug.data.DatasetBundle`)."""
+class ImageSplit(Protocol):
+    """One split of a dataset: labelled images (a :class:`dmlplug.data.ImageSource`).
 
-    train: Any
-    test: Any
-    val: Any
+    ``labels`` are int64 ``0 .. C-1`` (numpy); ``class_names[label]`` names a class; ``name`` says which split it is
+    in messages. The engine reads its length, labels, classes and images, and an ``attributes`` dict when the
+    split has one (``super_labels`` for hierarchical samplers).
+    """
+
+    labels: Any
+    class_names: list[str]
+    name: str
+
+    def __len__(self) -> int:
+        """The number of images."""
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes (``len(class_names)``)."""
+
+    def load_image(self, index: int) -> Any:
+        """Image ``index`` as an RGB ``PIL.Image.Image``."""
+
+    def describe(self, index: int) -> str:
+        """Where image ``index`` comes from, for error messages."""
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    """The splits of one dataset and what the engine reads with them (a :class:`dmlplug.data.DatasetBundle`).
+
+    Attributes:
+        train: The training split (:class:`ImageSplit`).
+        test: The evaluation split.
+        val: The validation split, or ``None``.
+        test_query_mask: Boolean mask over ``test`` of the queries, or ``None`` (leave-one-out evaluation).
+        test_gallery_mask: Boolean mask over ``test`` of the gallery, or ``None``.
+        default_augment: The augmentation ``[data] augment = "auto"`` picks (``"dml"``, ``"light"`` …).
+        info: Facts recorded in the run directory (root, layout, counts).
+    """
+
+    train: ImageSplit
+    test: ImageSplit
+    val: ImageSplit | None
+    test_query_mask: Any
+    test_gallery_mask: Any
+    default_augment: str
+    info: dict[str, Any]
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dmlplug import Params, hookimpl
+from dmlplug.protocols import Register
 
 
 def require_package(module: str, logger: str, distribution: str, install: str | None = None) -> None:
@@ -173,7 +174,7 @@ def build_wandb(params: WandbParams, ctx):
 
 
 @hookimpl
-def register_loggers(register):
+def register_loggers(register: Register) -> None:
     """Register the console, TensorBoard, record-keeper, MLflow and W&B loggers."""
     register("console", build_console, params=ConsoleParams, description="Progress bar and metric lines.")
     register("tensorboard", build_tensorboard, params=TensorBoardParams,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dmlplug import hookimpl
+from dmlplug.protocols import RunView
 
 
 class ConsoleLogger:
@@ -23,9 +25,9 @@ class ConsoleLogger:
     def __init__(self, params: Any, quiet: bool):
         self.params = params
         self.quiet = quiet
-        self._progress = None
-        self._task = None
-        self._last_losses: dict[str, float] = {}
+        self._progress: Any = None  # a rich Progress while a terminal shows the bar
+        self._task: Any = None
+        self._last_losses: Mapping[str, float] = {}
         self._epoch_start = 0.0
 
     def _print(self, text: str) -> None:
@@ -37,7 +39,7 @@ class ConsoleLogger:
             print(text, file=sys.stderr, flush=True)
 
     @hookimpl
-    def on_run_start(self, run):
+    def on_run_start(self, run: RunView) -> None:
         """Announce the run; start the progress display on a terminal."""
         self._print(f"dmlplug: run {run.name!r} on {run.device} -> {run.directory}")
         if self.params.progress and not self.quiet and sys.stderr.isatty():
@@ -48,7 +50,7 @@ class ConsoleLogger:
             self._progress.start()
 
     @hookimpl
-    def on_epoch_start(self, run, epoch):
+    def on_epoch_start(self, run: RunView, epoch: int) -> None:
         """A fresh progress bar for the epoch."""
         self._epoch_start = time.time()
         if self._progress is not None:
@@ -58,7 +60,7 @@ class ConsoleLogger:
                                                  total=run.steps_per_epoch, loss="")
 
     @hookimpl
-    def on_step_end(self, run, step, losses):
+    def on_step_end(self, run: RunView, step: int, losses: Mapping[str, float]) -> None:
         """Advance the bar; show the total loss every ``run.log_every`` steps."""
         self._last_losses = losses
         if self._progress is not None and self._task is not None:
@@ -69,7 +71,7 @@ class ConsoleLogger:
                 self._progress.update(self._task, advance=1)
 
     @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
+    def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """One line: epoch, split, last loss, epoch time, metrics."""
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float | int))
         timing = f" ({time.time() - self._epoch_start:.1f}s)" if epoch > 0 else ""
@@ -77,7 +79,7 @@ class ConsoleLogger:
         self._print(f"epoch {epoch} {split}{loss}{timing}: {shown}")
 
     @hookimpl
-    def on_run_end(self, run, status, error):
+    def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
         """Stop the progress display; say which checkpoint was selected, how the run ended and where it is."""
         if self._progress is not None:
             self._progress.stop()

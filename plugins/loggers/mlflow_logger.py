@@ -22,6 +22,7 @@ from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.files import write_json
+from dmlplug.protocols import RunView
 from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class MLflowLogger:
     # ---------------------------------------------------------------------------------------------- lifecycle
 
     @hookimpl
-    def on_run_start(self, run):
+    def on_run_start(self, run: RunView) -> None:
         """Open (or, on a resume, reopen) the MLflow run; log the parameters and the run-directory tag."""
         from mlflow import MlflowClient
         from mlflow.tracking import get_tracking_uri
@@ -160,20 +161,20 @@ class MLflowLogger:
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
 
     @hookimpl
-    def on_epoch_start(self, run, epoch):
+    def on_epoch_start(self, run: RunView, epoch: int) -> None:
         """``train/lr/<group>`` at the epoch's first step (not again when resumed mid-epoch)."""
         if run.step > (epoch - 1) * run.steps_per_epoch:
             return
         self._log_metrics({f"train/lr/{name}": lr for name, lr in run.learning_rates.items()}, run.step)
 
     @hookimpl
-    def on_step_end(self, run, step, losses):
+    def on_step_end(self, run: RunView, step: int, losses: Mapping[str, float]) -> None:
         """``train/loss/<term>`` and ``epoch`` every ``run.log_every`` steps (one request)."""
         if step % run.recipe.run.log_every == 0:
             self._log_metrics({**loss_values(losses), **self._epoch(step, run.epoch)}, step)
 
     @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
+    def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """Metrics and counts at the global step; evaluator figures and retrieval pictures as artifacts."""
         step = run.step
         values = {**self._epoch(step, epoch), **eval_values(split, metrics)}
@@ -200,7 +201,7 @@ class MLflowLogger:
             self.client.log_artifacts(self.run_id, folder, artifact_path=f"figures/{split}")
 
     @hookimpl
-    def on_run_end(self, run, status, error):
+    def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
         """The run's result files as artifacts, then its status: FINISHED, FAILED or KILLED (interrupted)."""
         if self.client is None or self.run_id is None:
             return

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import csv
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
+from dmlplug.protocols import RunView
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -118,7 +119,7 @@ class RecordKeeperLogger:
         self.watched: dict[str, Any] = {}
 
     @hookimpl
-    def on_run_start(self, run):
+    def on_run_start(self, run: RunView) -> None:
         """Turn on PML statistics and open the record writer."""
         import record_keeper
         from pytorch_metric_learning.utils import common_functions as c_f
@@ -144,14 +145,14 @@ class RecordKeeperLogger:
             record_writer=self.writer, attributes_to_search_for=c_f.list_of_recordable_attributes_list_names())
 
     @hookimpl
-    def on_step_end(self, run, step, losses):
+    def on_step_end(self, run: RunView, step: int, losses: Mapping[str, float]) -> None:
         """Record the components' attributes every ``every`` steps."""
         every = self.params.every or run.recipe.run.log_every
         if step % every == 0 and self.watched:
             self.keeper.update_records(self.watched, step)
 
     @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
+    def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """Record the metrics and flush to CSV/SQLite."""
         for name, value in metrics.items():
             if isinstance(value, float | int):
@@ -160,13 +161,13 @@ class RecordKeeperLogger:
         self._save()
 
     @hookimpl
-    def on_checkpoint(self, run, path):
+    def on_checkpoint(self, run: RunView, path: Path) -> None:
         """Write the records so far: a run killed later resumes from this checkpoint with none of them lost."""
         if self.keeper is not None:
             self._save()
 
     @hookimpl
-    def on_run_end(self, run, status, error):
+    def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
         """Flush and close."""
         if self.keeper is not None:
             self._save()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
+from dmlplug.protocols import RunView
 from dmlplug_builtins.loggers.tracker_rows import BOOKKEEPING
 
 if TYPE_CHECKING:
@@ -36,8 +38,13 @@ class TensorBoardLogger:
         #: The split of the latest evaluation: the run's eval_context, latest_metrics and best_metrics are its.
         self._last_split = "test"
 
+    def _open(self) -> SummaryWriter:
+        """The event writer, which every hook after ``on_run_start`` writes to."""
+        assert self.writer is not None, "on_run_start opens the writer"
+        return self.writer
+
     @hookimpl
-    def on_run_start(self, run):
+    def on_run_start(self, run: RunView) -> None:
         """Open the event writer."""
         from torch.utils.tensorboard import SummaryWriter
 
@@ -49,19 +56,19 @@ class TensorBoardLogger:
         self.writer = SummaryWriter(log_dir=str(log_dir))
 
     @hookimpl
-    def on_epoch_start(self, run, epoch):
+    def on_epoch_start(self, run: RunView, epoch: int) -> None:
         """``train/lr/<group>`` of every optimizer group (at the epoch's first step, not again on a resume)."""
         if run.step > (epoch - 1) * run.steps_per_epoch:  # resumed mid-epoch: logged when the epoch started
             return
         for name, lr in run.learning_rates.items():
-            self.writer.add_scalar(f"train/lr/{name}", lr, run.step)
+            self._open().add_scalar(f"train/lr/{name}", lr, run.step)
 
     @hookimpl
-    def on_step_end(self, run, step, losses):
+    def on_step_end(self, run: RunView, step: int, losses: Mapping[str, float]) -> None:
         """``train/loss/<term>`` every ``run.log_every`` steps."""
         if step % run.recipe.run.log_every == 0:
             for name, value in losses.items():
-                self.writer.add_scalar(f"train/loss/{name}", value, step)
+                self._open().add_scalar(f"train/loss/{name}", value, step)
             self._log_epoch(step, run.epoch)
 
     def _log_epoch(self, step: int, epoch: int) -> None:
@@ -72,7 +79,7 @@ class TensorBoardLogger:
             self._epoch_logged = (step, epoch)
 
     @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
+    def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """Metrics, counts, pair-distance histograms and evaluator figures of the evaluation, at the global step."""
         self._last_split = split
         step = run.step
@@ -83,11 +90,11 @@ class TensorBoardLogger:
             if name in BOOKKEEPING:
                 counts[name] = value
             else:
-                self.writer.add_scalar(f"eval/{split}/{name}", value, step)
+                self._open().add_scalar(f"eval/{split}/{name}", value, step)
         self._log_epoch(step, epoch)
         if counts:
             rows = "".join(f"| {name} | {_count(value)} |\n" for name, value in sorted(counts.items()))
-            self.writer.add_text(f"eval/{split}/counts", f"epoch {epoch}, step {step}\n\n| count | value |\n"
+            self._open().add_text(f"eval/{split}/counts", f"epoch {epoch}, step {step}\n\n| count | value |\n"
                                                          f"|---|---|\n{rows}", step)
         eval_context = run.eval_context
         if eval_context is not None:
@@ -98,25 +105,25 @@ class TensorBoardLogger:
                                                  seed=eval_context.seed + epoch)
                 for kind, values in (("positive", pos), ("negative", neg)):
                     if len(values):
-                        self.writer.add_histogram(f"eval/{split}/pair_distance/{kind}", values, step)
+                        self._open().add_histogram(f"eval/{split}/pair_distance/{kind}", values, step)
             if self.params.figures:
                 from dmlplug.evaluation.runner import collect_figures
 
                 for name, figure in collect_figures(_evaluators(run), eval_context).items():
-                    self.writer.add_figure(f"eval/{split}/figure/{name}", figure, step, close=False)
+                    self._open().add_figure(f"eval/{split}/figure/{name}", figure, step, close=False)
                     figure.clear()
         for kind, path in run.latest_pictures.items():  # the retrieval pictures ([evaluation] pictures)
-            self.writer.add_image(f"eval/{split}/pictures/{kind}", _png_pixels(path), step, dataformats="HWC")
-        self.writer.flush()
+            self._open().add_image(f"eval/{split}/pictures/{kind}", _png_pixels(path), step, dataformats="HWC")
+        self._open().flush()
 
     @hookimpl
-    def on_checkpoint(self, run, path):
+    def on_checkpoint(self, run: RunView, path: Path) -> None:
         """Flush the events: a run killed later resumes from this checkpoint with none of them lost."""
         if self.writer is not None:
             self.writer.flush()
 
     @hookimpl
-    def on_run_end(self, run, status, error):
+    def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
         """At the end of a completed run: the projector and the hyper-parameters; close the writer."""
         if self.writer is None:
             return

@@ -22,6 +22,7 @@ from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.files import write_json
+from dmlplug.protocols import RunView
 from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class WandbLogger:
     # ---------------------------------------------------------------------------------------------- lifecycle
 
     @hookimpl
-    def on_run_start(self, run):
+    def on_run_start(self, run: RunView) -> None:
         """Open (or, on a resume, reopen) the W&B run with the flattened recipe as its config."""
         import wandb
 
@@ -116,25 +117,25 @@ class WandbLogger:
         self.wandb_run.log({STEP_KEY: step, **values})
 
     @hookimpl
-    def on_epoch_start(self, run, epoch):
+    def on_epoch_start(self, run: RunView, epoch: int) -> None:
         """``train/lr/<group>`` at the epoch's first step (not again when resumed mid-epoch)."""
         if run.step > (epoch - 1) * run.steps_per_epoch:
             return
         self._log({f"train/lr/{name}": lr for name, lr in run.learning_rates.items()}, run.step)
 
     @hookimpl
-    def on_step_end(self, run, step, losses):
+    def on_step_end(self, run: RunView, step: int, losses: Mapping[str, float]) -> None:
         """``train/loss/<term>`` and ``epoch`` every ``run.log_every`` steps (one row)."""
         if step % run.recipe.run.log_every == 0:
             self._log({**loss_values(losses), **self._epoch(step, run.epoch)}, step)
 
     @hookimpl
-    def on_eval_end(self, run, epoch, split, metrics):
+    def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
         """Metrics, counts, evaluator figures and retrieval pictures of the evaluation: one row at the global step."""
         import wandb
 
         step = run.step
-        values = {**self._epoch(step, epoch), **eval_values(split, metrics)}
+        values: dict[str, Any] = {**self._epoch(step, epoch), **eval_values(split, metrics)}
         figures = []
         if self.params.figures and run.eval_context is not None:
             from dmlplug.evaluation.runner import collect_figures
@@ -151,7 +152,7 @@ class WandbLogger:
             figure.clear()
 
     @hookimpl
-    def on_run_end(self, run, status, error):
+    def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
         """The run's result files among the W&B run's files, the summary ``dmlplug.status``, then finish."""
         if self.wandb_run is None:
             return

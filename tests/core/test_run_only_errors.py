@@ -58,8 +58,9 @@ def _host() -> PluginHost:
             return None
 
     register("datasets", "test")("no_val", glyphs.factory, params=NoValParams)
-    register("datasets", "test")("empty", lambda p, c: SimpleNamespace(train=[], test=[0], val=None, info={}),
-                                 params=Params)
+    empty = SimpleNamespace(train=[], test=[0], val=None, info={}, test_query_mask=None, test_gallery_mask=None,
+                            default_augment="dml")
+    register("datasets", "test")("empty", lambda p, c: empty, params=Params)
 
     def lone_test(params, ctx):  # the glyphs, but one test image per class: no query has a same-class item
         bundle = glyphs.factory(params, ctx)

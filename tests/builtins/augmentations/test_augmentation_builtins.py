@@ -15,6 +15,7 @@ from dmlplug.context import BuildContext
 from dmlplug.protocols import Augmentation
 
 POLICIES = ("dml", "light", "none")
+CTX = BuildContext(host=dmlplug.plugin_host())  # the registry the policies are named in
 
 
 def _photo(seed=0, size=(50, 70)):
@@ -62,7 +63,7 @@ def test_the_engines_transforms_are_those_of_before(policy, resize_size):
     from dmlplug.engine.build import build_transforms
 
     recipe = _recipe(policy, resize_size)
-    train, test = build_transforms(recipe, SimpleNamespace(default_augment="dml"))
+    train, test = build_transforms(recipe, SimpleNamespace(default_augment="dml"), ctx=CTX)
     _same(train, old_build_transform("train", augment=policy, image_size=32, resize_size=resize_size), _photo())
     _same(test, old_build_transform("test", augment=policy, image_size=32, resize_size=resize_size), _photo())
 
@@ -73,7 +74,7 @@ def test_extra_views_are_augmented_as_before(policy):
     from dmlplug.data.transforms import MultiView
     from dmlplug.engine.build import build_transforms
 
-    train, _ = build_transforms(_recipe(policy), SimpleNamespace(default_augment="dml"), views=3)
+    train, _ = build_transforms(_recipe(policy), SimpleNamespace(default_augment="dml"), views=3, ctx=CTX)
     assert isinstance(train, MultiView) and len(train.transforms) == 3
     _same(train, old_build_train_views(augment=policy, image_size=32, views=3), _photo())
 
@@ -85,11 +86,11 @@ def test_auto_is_the_datasets_default_augmentation():
     recipe = _recipe("auto")
     assert "data.augment" not in recipe.components and recipe.resolved()["data"]["augment"] == "auto"
     for default in POLICIES:
-        train, test = build_transforms(recipe, SimpleNamespace(default_augment=default))
+        train, test = build_transforms(recipe, SimpleNamespace(default_augment=default), ctx=CTX)
         _same(train, old_build_transform("train", augment=default, image_size=32), _photo())
         _same(test, old_build_transform("test", augment=default, image_size=32), _photo())
     with pytest.raises(ComponentError, match="unknown augmentation 'lite'.*did you mean 'light'") as info:
-        build_transforms(recipe, SimpleNamespace(default_augment="lite"))
+        build_transforms(recipe, SimpleNamespace(default_augment="lite"), ctx=CTX)
     assert "auto" in info.value.where
 
 
@@ -99,7 +100,7 @@ def test_none_trains_on_the_evaluation_view(resize_size):
     # `none` trains on it (as before); without, both are the square resize.
     from dmlplug.engine.build import build_transforms
 
-    train, test = build_transforms(_recipe("none", resize_size), SimpleNamespace(default_augment="dml"))
+    train, test = build_transforms(_recipe("none", resize_size), SimpleNamespace(default_augment="dml"), ctx=CTX)
     _same(train, test, _photo())
     _same(test, old_build_transform("test", augment="none", image_size=32, resize_size=resize_size), _photo())
 
@@ -108,4 +109,4 @@ def test_policies_need_the_image_size():
     from dmlplug.errors import ComponentError
 
     with pytest.raises(ComponentError, match="augmentation 'dml' .* needs image_size"):
-        BuildContext().build("augmentation", {"name": "dml"})
+        CTX.build("augmentation", {"name": "dml"})
