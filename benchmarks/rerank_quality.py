@@ -71,12 +71,13 @@ def glyph_embeddings(run: str | None, epochs: int) -> tuple[np.ndarray, np.ndarr
 
 def measure(x: np.ndarray, y: np.ndarray, repeats: int) -> dict[str, dict[str, float]]:
     """Metrics and median seconds of the plain evaluation and of each re-ranked one (alternating rounds)."""
+    import dmlplug
     from dmlplug.evaluation import EvalContext, run_evaluators
     from dmlplug.evaluation.api import build_evaluators
     from dmlplug.evaluation.rerank_eval import rerank_metrics
 
     specs = {name: rerank_spec(name) for name in RERANK_METHODS}
-    evaluators = build_evaluators(["retrieval"])
+    evaluators = build_evaluators(["retrieval"], dmlplug.plugin_host())
     times: dict[str, list[float]] = {name: [] for name in ["exact", *RERANK_METHODS]}
     ratios: dict[str, list[float]] = {name: [] for name in RERANK_METHODS}
     values: dict[str, dict[str, float]] = {}

@@ -18,18 +18,18 @@ from dmlplug.recipe.overrides import read_value
 DEFAULT_EVALUATORS: tuple[str, ...] = ("retrieval",)
 
 
-def build_evaluators(specs: list[Any] | None = None, host: Any = None) -> list[Any]:
-    """Build evaluators from names or ``{"name": ..., **params}`` dicts through the registry.
+def build_evaluators(specs: list[Any] | None, host: Any) -> list[Any]:
+    """Build evaluators from names or ``{"name": ..., **params}`` dicts through ``host``'s registry.
+
+    ``specs`` ``None`` gives :data:`DEFAULT_EVALUATORS`.
 
     Raises:
         ComponentError: A name is unknown or a spec is neither a string nor a dict with ``name``.
         RecipeError: Parameters do not validate.
     """
     from dmlplug.context import BuildContext
-    from dmlplug.plugins import get_host
     from dmlplug.tables import validate_table
 
-    host = host or get_host()
     built = []
     for i, spec in enumerate(DEFAULT_EVALUATORS if specs is None else specs):
         table = {"name": spec} if isinstance(spec, str) else spec
@@ -232,9 +232,9 @@ def parse_set_options(items: list[str], names: list[str]) -> dict[str, dict[str,
 
 
 def evaluate_file(path: str | Path, evaluators: list[str] | None = None, sets: list[str] | None = None, *,
-                  backend: str = "auto", memory_budget_mb: float | None = None, seed: int = 0,
+                  host: Any, backend: str = "auto", memory_budget_mb: float | None = None, seed: int = 0,
                   artifacts_dir: str | Path | None = None) -> tuple[dict[str, float], EvalContext]:
-    """What ``dmlplug evaluate FILE.npz`` does: load, build the evaluators, evaluate, write artifacts.
+    """What ``dmlplug evaluate FILE.npz`` does: load, build the evaluators in ``host``, evaluate, write artifacts.
 
     Raises:
         DataError: The file is unreadable or invalid (see :func:`load_npz`), or no query can be evaluated
@@ -243,7 +243,7 @@ def evaluate_file(path: str | Path, evaluators: list[str] | None = None, sets: l
     names = list(evaluators) if evaluators else list(DEFAULT_EVALUATORS)
     params = parse_set_options(list(sets or []), names)
     specs = [{"name": n, **params.get(n, {})} for n in names]
-    built = build_evaluators(specs)
+    built = build_evaluators(specs, host)
     data = load_npz(path)
     eval_context = EvalContext(data["embeddings"], data["labels"], query_mask=data.get("query_mask"),
                       gallery_mask=data.get("gallery_mask"), backend=backend,

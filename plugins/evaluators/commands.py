@@ -26,10 +26,12 @@ def cmd_evaluate(
     artifacts: Annotated[str | None, typer.Option(help="Folder for curves and per-class tables.")] = None,
 ) -> None:
     """Evaluate saved embeddings with registered evaluators."""
+    import dmlplug
     from dmlplug.evaluation.api import evaluate_file, format_table, to_json
 
-    metrics, eval_context = evaluate_file(file, evaluator or None, set_ or [], backend=backend,
-                                 memory_budget_mb=memory_budget_mb, seed=seed, artifacts_dir=artifacts)
+    metrics, eval_context = evaluate_file(file, evaluator or None, set_ or [], host=dmlplug.plugin_host(),
+                                          backend=backend, memory_budget_mb=memory_budget_mb, seed=seed,
+                                          artifacts_dir=artifacts)
     if json_output:
         typer.echo(to_json(metrics))
     else:

@@ -86,7 +86,7 @@ def test_query_gallery_split_with_krnn_shortlist_shorter_than_the_gallery():
     order = np.concatenate([head, plain[:, shortlist:]], axis=1)  # beyond the shortlist: exact order
     expected = _metrics_of_ranking(order, y[query], y[gallery])
     context = EvalContext(x, y, query_mask=query, gallery_mask=gallery)
-    evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"])
+    evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"], dmlplug.plugin_host())
     specs = parse_rerank_list({"name": "krnn", "shortlist": shortlist, "label": "k15"}, registry=get_host().registry)
     got = rerank_metrics(evaluators, context, specs)
     assert got["map@r+k15"] == pytest.approx(expected["map@r"], abs=1e-12)
@@ -114,7 +114,7 @@ def test_query_gallery_split_expansion_equals_the_oracle(spec):
         order = _oracle_rank(q, g2, np.full(nq, -1))
     expected = _metrics_of_ranking(order, y[query], y[gallery])
     context = EvalContext(x, y, query_mask=query, gallery_mask=gallery)
-    evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"])
+    evaluators = dmlplug.evaluation.api.build_evaluators(["retrieval"], dmlplug.plugin_host())
     got = rerank_metrics(evaluators, context, [s])
     for key, value in expected.items():
         assert got[f"{key}+{s.name}"] == pytest.approx(value, abs=1e-12), key
