@@ -10,7 +10,6 @@ anything, and every random number generator is restored.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -20,6 +19,7 @@ from dmlplug.engine import rundir
 from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RunError
 from dmlplug.files import write_text
+from dmlplug.secrets import masked_argv
 
 #: Log of every resume of a run directory (one JSON object per line).
 RESUME_LOG = "resume.jsonl"
@@ -103,7 +103,7 @@ def record_resume(directory: Path, state: dict[str, Any], diff: list[dict[str, A
         "recipe_changes": diff,
         "forced": bool(forced and diff),
         "world_size": world_size,
-        "command": sys.argv,
+        "command": masked_argv(),
     }
     line = json.dumps(record, default=str) + "\n"
     with open(Path(directory) / RESUME_LOG, "a", encoding="utf-8") as handle:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import RunError
+from dmlplug.secrets import masked_argv
 
 #: Files of a run directory (see docs/run-directory.md).
 RESOLVED_RECIPE = "recipe.resolved.toml"
@@ -95,7 +96,7 @@ def environment_record(device: str, seed: int, host: Any, extra: dict[str, Any] 
              "builtin": r.builtin, "error": r.error}
             for r in host.records.values()
         ],
-        "command": sys.argv,
+        "command": masked_argv(),  # a --storage URL's password never reaches the file
     }
     record.update(extra or {})
     return record

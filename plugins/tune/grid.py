@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import RunError
+from dmlplug.secrets import mask_secrets
 from dmlplug_builtins.tune.study import (
     JOURNAL,
     REASON_ATTR,
@@ -48,7 +49,6 @@ from dmlplug_builtins.tune.study import (
     resolve_study_name,
     retried_numbers,
     take_mark,
-    without_password,
     worker_id,
 )
 
@@ -98,7 +98,7 @@ def open_grid_study(directory: Path, storage_url: str | None, study_name: str, i
     elif stored != identity:
         raise RunError(f"the study {study_name!r} in this storage belongs to another sweep (another recipe, "
                        "--set overrides or split file)",
-                       where=without_password(storage_url) if storage_url else str(directory / JOURNAL),
+                       where=mask_secrets(storage_url) if storage_url else str(directory / JOURNAL),
                        fix="use a new directory (with a database, also another --study) for another sweep, or rerun "
                            "the original one")
     return study

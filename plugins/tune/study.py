@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import RunError
+from dmlplug.secrets import mask_secrets
 
 STUDY = "dmlplug-tune"
 JOURNAL = "journal.log"
@@ -116,7 +117,7 @@ def open_storage(tune_dir: Path, url: str | None) -> Any:
             if type(exc).__name__ == "IntegrityError" and attempt < 2:
                 time.sleep(1.0 + attempt)
                 continue
-            raise RunError(f"cannot open the study storage {without_password(url)}: {type(exc).__name__}: "
+            raise RunError(f"cannot open the study storage {mask_secrets(url)}: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}", where="--storage",
                            fix="check that the database server runs and the URL (user, password, host, port, "
                                "database) is right") from None
@@ -186,15 +187,6 @@ def _connect_args(url: str) -> dict[str, Any]:
     return {"connect_timeout": 10} if url.startswith("postgres") else {}
 
 
-def without_password(url: str) -> str:
-    """``url`` without its password (``postgresql://user:***@host/db``), for messages."""
-    head, at, tail = url.rpartition("@")
-    if not at or ":" not in head.split("//", 1)[-1]:
-        return url
-    scheme, _, credentials = head.partition("//")
-    return f"{scheme}//{credentials.split(':', 1)[0]}:***@{tail}"
-
-
 def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | None, name: str = STUDY) -> Any:
     """Create or load the study called ``name``; refuse one made for another space.
 
@@ -222,7 +214,7 @@ def open_study(tune_dir: Path, space: Any, identity: str, storage_url: str | Non
         study.set_user_attr(SPACE_ATTR, identity)
     elif stored != identity:
         raise RunError(f"the study {name!r} was created with another space, recipe or --set overrides",
-                       where=storage_url and without_password(storage_url) or str(tune_dir / JOURNAL),
+                       where=storage_url and mask_secrets(storage_url) or str(tune_dir / JOURNAL),
                        fix="use a new --dir (with a database, also another --study) for a changed search, or run "
                            "the original one")
     return study

@@ -2,6 +2,7 @@
 mid-trial and the study resumed) and a real PostgreSQL server started here (issue #28 items 4 and 7), where a
 worker lost on another machine is found through its stopped heartbeat."""
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from dmlplug_builtins.tune.report import load
 from dmlplug_builtins.tune.study import counted
 
 State = optuna.trial.TrialState
+#: The database password of the shared-study test: it must reach no file.
+PASSWORD = "s3cret-pw-4711"
 
 
 def worker(space, tune_dir, trials, *extra):
@@ -62,9 +65,11 @@ def test_killed_worker_then_two_workers_on_the_journal(tmp_path):
 
 
 @pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-def test_two_workers_share_a_study_on_postgresql(tmp_path):
+def test_two_workers_share_a_study_on_postgresql_and_its_password_is_written_nowhere(tmp_path):
     space = write_tiny(tmp_path)
-    with postgres_server() as url:
+    with postgres_server() as bare:
+        # The server trusts local connections, so any password is accepted: the URL carries one as a user's would.
+        url = bare.replace("postgresql://dmlplug@", f"postgresql://dmlplug:{PASSWORD}@")
         outputs = [finish(p) for p in [worker(space, tmp_path / "t", 2, "--storage", url),
                                        worker(space, tmp_path / "t", 2, "--storage", url)]]
         _, study = load(tmp_path / "t", url)
@@ -72,6 +77,13 @@ def test_two_workers_share_a_study_on_postgresql(tmp_path):
         assert len(trials) == 2 and all(t.state == State.COMPLETE for t in trials)
         assert len({t.user_attrs["worker"] for t in trials}) == 2, outputs
         assert not (tmp_path / "t" / "journal.log").exists()  # the database holds the study, not the directory
+    # Every file of the study tree (environment.json's command lines, manifests, logs, TensorBoard events …) and
+    # the console: the password appears in none of them, masked where the URL is recorded.
+    files = [p for p in (tmp_path / "t").rglob("*") if p.is_file()]
+    leaked = [str(p.relative_to(tmp_path)) for p in files if PASSWORD.encode() in p.read_bytes()]
+    assert not leaked and not any(PASSWORD in o for o in outputs), leaked
+    commands = [json.loads(p.read_text())["command"] for p in files if p.name == "environment.json"]
+    assert commands and all("postgresql://dmlplug:***@127.0.0.1" in " ".join(c) for c in commands)
 
 
 @pytest.mark.skipif(server_binaries() is None, reason="PostgreSQL server binaries (initdb, pg_ctl) are not installed")
