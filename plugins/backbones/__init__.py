@@ -105,6 +105,20 @@ def unknown_timm_model(name: str) -> str | None:
             "e.g. `python -c \"import timm; print(timm.list_models('*resnet*'))\"`")
 
 
+def _missing_file(pretrained: bool | str) -> str | None:
+    """Why a weights file path cannot be read (it is not there), before a run builds the model; else ``None``."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(pretrained, str):
+        return None
+    path = Path(os.path.expanduser(pretrained))
+    if path.is_file():
+        return None
+    return (f"pretrained weights file not found: {path} (a relative path is read from the folder the command runs "
+            f"in, {Path.cwd()}); give the file's path, or pretrained = true for timm's weights of the model")
+
+
 def pretrained_problem(model: str, pretrained: bool | str) -> str | None:
     """Why ``pretrained`` cannot work with ``model``, judged from the stored timm names; ``None`` when it can.
 
@@ -120,9 +134,9 @@ def pretrained_problem(model: str, pretrained: bool | str) -> str | None:
     try:
         names = known_names()
     except ImportError:
-        return None
+        names = None
     if names is None or names.pretrained is None:
-        return None
+        return _missing_file(pretrained)
     model = names.deprecated.get(model, model)
     arch = model.partition(".")[0]
     if isinstance(pretrained, str):
@@ -132,7 +146,7 @@ def pretrained_problem(model: str, pretrained: bool | str) -> str | None:
             return (f"pretrained = {pretrained!r} is a timm pretrained tag, but a pretrained string is a weights "
                     f"file path; name the tag in the model and set pretrained = true: "
                     f"model = {tag!r}, pretrained = true")
-        return None
+        return _missing_file(pretrained)
     if "." in model:
         if model in names.pretrained:
             return None

@@ -47,7 +47,7 @@ def test_pretrained_weights_from_a_local_file(tmp_path):
     loaded = backbone(pretrained=str(path))
     for (name, a), (_, b) in zip(source.body.state_dict().items(), loaded.body.state_dict().items(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
-    with pytest.raises(ComponentError, match="weights file not found"):
+    with pytest.raises(RecipeError, match="weights file not found"):  # refused when the parameters validate
         backbone(pretrained=str(tmp_path / "missing.pth"))
     torch.save({"unrelated.weight": torch.zeros(3)}, tmp_path / "bad.pth")
     with pytest.raises(ComponentError, match="does not match model"):
@@ -124,3 +124,16 @@ def test_backbone_warmup_freezes_then_releases(tmp_path):
     finally:
         host.unregister_run_plugin("spy")
     assert seen == [(1, True, False), (2, False, True)]
+
+
+def test_validate_refuses_a_missing_weights_file_before_any_run(tmp_path):
+    from e2e import TINY_RECIPE, run_cli
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE)
+    proc = run_cli("validate", recipe, "--set", "backbone.pretrained=weights/missing.pth", cwd=tmp_path)
+    assert proc.returncode == 2 and "pretrained weights file not found: weights/missing.pth" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "missing.pth").write_bytes(b"")  # there now: validate does not read it
+    assert run_cli("validate", recipe, "--set", "backbone.pretrained=weights/missing.pth", cwd=tmp_path).returncode == 0
