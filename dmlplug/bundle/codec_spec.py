@@ -98,7 +98,7 @@ def recorded_codec(name: str, recorded: Mapping[str, Any], registry: Registry | 
     """
     if registry is None:
         raise BundleError(f"the index {where} is a {name} index, and reading one needs the registry of index codecs",
-                          where=where, fix="pass one: read_index(folder, registry=dmlplug.plugins.get_host().registry)"
+                          where=where, fix="pass one: read_index(folder, registry=dmlplug.plugin_host().registry)"
                           " (dmlplug search and the index commands do)")
     try:
         info = _lookup(registry, name)
