@@ -136,10 +136,15 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+def sha256_file(path: str | Path, length: int | None = None) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks (of its first ``length`` bytes when given)."""
     digest = hashlib.sha256()
+    left = -1 if length is None else length
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+        while left:
+            block = handle.read(1 << 20 if left < 0 else min(left, 1 << 20))
+            if not block:
+                break
             digest.update(block)
+            left = left - len(block) if left > 0 else left
     return digest.hexdigest()

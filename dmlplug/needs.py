@@ -12,7 +12,8 @@ class EngineNeeds:
     """The engine services a recipe's components require, and which components require them.
 
     Components declare services in their registered ``requires`` or in ``Params.extra_requires()``:
-    ``"features"``, ``"feature_map"``, ``"views:N"``, ``"ema"`` and ``"named_embeddings"``. Capabilities of other
+    ``"features"``, ``"feature_map"``, ``"views:N"``, ``"ema"``, ``"named_embeddings"`` and ``"selection_metric"``
+    (an LR schedule that follows the selection metric: refused for a run that selects by none). Capabilities of other
     sections (``"loss:proxies"``) are not engine services and do not appear here.
 
     Attributes:

@@ -109,6 +109,17 @@ class Params(BaseModel):
         """
         return False
 
+    def validation_parameter(self) -> str | None:
+        """Datasets: the parameter that carves class-disjoint validation classes out of the training classes.
+
+        Its value is a fraction of the training classes (``0.25``: a quarter validates). ``dmlplug validate``
+        names it when it says why a run selects the last epoch, as the one override that makes the run select on
+        validation classes instead (``--set data.dataset.<parameter>=0.25``). The default ``None``: the dataset
+        has no such parameter. ``dmlplug.testing.check_dataset`` checks that it is a parameter and that ``0.25``
+        gives a validation split.
+        """
+        return None
+
     def split_sizes(self) -> dict[str, SplitSize] | None:
         """Datasets: the size of every split the built dataset will have, judged from the parameters alone.
 

@@ -51,6 +51,10 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
     if not allow_untrained:
         refuse_untrained(file, position)  # before minutes of loading and calibrating
     loaded = load_run(run_dir, checkpoint=checkpoint, device=device)
+    selected_on = selection_of(loaded)
+    if selected_on == "test":
+        say("warning: this checkpoint was selected on the TEST split (the recipe says select_on = \"test\"): "
+            "bundle.json records source.selected_on = \"test\"")
     preprocessing = describe_transform(loaded.test_transform)
     net = EmbeddingNet(loaded.model).eval()
     test = loaded.dataset.test
@@ -74,7 +78,7 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
             "source": {"run_dir": str(loaded.run_dir.resolve()) if loaded.run_dir else None,
                        "checkpoint": str(loaded.checkpoint.resolve()),
                        "checkpoint_sha256": sha256_file(loaded.checkpoint),
-                       "recipe_name": loaded.recipe.run.name, **position},
+                       "recipe_name": loaded.recipe.run.name, "selected_on": selected_on, **position},
             "model": {"format": format, "file": model_file.name, "size": model_file.stat().st_size,
                       "sha256": sha256_file(model_file), "input": "images", "output": "embedding",
                       "dtype": "float32", "input_shape": ["batch", *preprocessing["input_size"]]},
@@ -119,17 +123,35 @@ def _write_model(net: Any, example: Any, path: Path, format: str, device: str) -
     return load_torchscript(path, device)
 
 
+def selection_of(loaded: Any) -> str | None:
+    """What selected the exported checkpoint (``bundle.json`` ``source.selected_on``), or ``None``.
+
+    The run's ``selected_on`` (``"val"``, ``"last"``, ``"test"``) for its ``best.pt``; ``None`` for another
+    checkpoint, or one outside a run directory (nothing says).
+    """
+    from dmlplug.errors import DmlplugError
+    from dmlplug.evaluation.best import read_best
+
+    if loaded.run_dir is None or loaded.checkpoint.name != "best.pt":
+        return None
+    try:
+        return read_best(loaded.run_dir).selected_on
+    except DmlplugError:  # no readable results.json: the run did not say
+        return None
+
+
 def checkpoint_position(file: Path) -> dict[str, int]:
     """``{"epoch", "step"}`` a checkpoint was written at (empty when it does not say, or cannot be read here).
 
     The file is memory-mapped, so the tensors are not read: this costs little before :func:`dmlplug.load_run`
     reads it in full (which reports an unreadable file).
     """
-    import torch
+    from dmlplug.checkpoints import load_checkpoint
+    from dmlplug.errors import DmlplugError
 
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # not a zip checkpoint, damaged: load_run says so with its own message
+    try:  # not verified here: load_run checks the file's sha256 when it reads it in full
+        state = load_checkpoint(file, mmap=True, verify=False)
+    except DmlplugError:  # damaged or refused: load_run says so with its own message
         return {}
     if not isinstance(state, dict):
         return {}

@@ -59,11 +59,13 @@ def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
                  show: Annotated[bool, typer.Option("--show", help="Print the resolved recipe.")] = False) -> None:
     """Check a recipe completely (syntax, keys, types, component names and parameters) without running it.
 
+    It also says which split selects best.pt and why (a recipe selects on the test split only when it says so).
     A file a plugin owns (a `dmlplug tune` search space, NAME.space.toml) is checked by that plugin instead.
     """
     from dmlplug.errors import DmlplugError
     from dmlplug.plugins import get_host
     from dmlplug.recipe import load_recipe
+    from dmlplug.recipe.checks import describe_recipe_selection
 
     arguments = {"path": Path(recipe), "overrides": list(set_ or []), "registry": get_host().registry}
     claimed = [summary for _, summary in get_host().call_each("validate_file", lambda plugin: arguments,
@@ -74,6 +76,7 @@ def cmd_validate(recipe: RecipeArg, set_: SetOpt = None,
     validated = load_recipe(recipe, set_ or [], registry=get_host().registry)
     if show:
         typer.echo(validated.dumps())
+    typer.echo(f"selection: {describe_recipe_selection(validated)}")
     typer.echo(f"{recipe}: OK")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.context import BuildContext
-from dmlplug.errors import ComponentError, DataError, DmlplugError
+from dmlplug.errors import ComponentError, DataError, DmlplugError, RunError
 from dmlplug.registry import singular
 
 
@@ -266,9 +266,12 @@ def _check_evaluated_splits(dataset: Any, recipe: Any, name: str) -> None:
     # has a validation split and how many classes each split has: before the model, so a wrong split costs no
     # backbone build or download, and a split with one class never gives recall 1.0 before training.
     from dmlplug.data.splits import RECIPE_CLASSES_WHERE, check_split_sizes
-    from dmlplug.engine.selection import evaluated_splits, resolve_splits
+    from dmlplug.engine.selection import check_metric_followers, evaluated_splits, resolve_splits
+    from dmlplug.recipe.checks import metric_followers
 
     has_val = dataset.val is not None
     resolve_splits(recipe.recipe.evaluation, has_val=has_val, dataset=name)
+    check_metric_followers(recipe.recipe.evaluation, has_val, metric_followers(recipe), name, recipe.source,
+                           error=RunError)
     where = RECIPE_CLASSES_WHERE if recipe.recipe.data.train_classes is not None else f"[data.dataset] ({name})"
     check_split_sizes(dataset, ("train", *evaluated_splits(recipe.recipe.evaluation, has_val)), where=where)

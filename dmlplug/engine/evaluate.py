@@ -1,7 +1,8 @@
 """Evaluation during a run: what is evaluated when, embedding a split, running the evaluators, recording it.
 
 At every evaluation point (before training, after an epoch) :func:`at_evaluation_point` evaluates the report
-split when it is due and then the selection split (:class:`~dmlplug.engine.selection.SplitRoles`), records both
+split when it is due and then the selection split (:class:`~dmlplug.engine.selection.SplitRoles`; with
+``select_on = "last"`` the report split alone, whose latest evaluation is the selection), records both
 and updates the best-evaluation tracker; at the end of a run :func:`report_selected` evaluates the selected
 checkpoint on the report split when it was not evaluated at its epoch. Under torchrun every rank embeds a shard
 and ends with the whole embedding matrix (:func:`dmlplug.engine.distributed.embed_dataset`), so every rank
@@ -115,7 +116,7 @@ def at_evaluation_point(run: Any, *, initial: bool = False) -> bool:
     roles, reported = run.splits, None
     if roles.report_due(run.epoch, run.recipe.recipe.run.epochs, initial):
         reported, _ = evaluate_and_record(run, roles.report, initial=initial)
-    return evaluate_and_record(run, roles.select, initial=initial, reported=reported)[1]
+    return evaluate_and_record(run, roles.evaluated, initial=initial, reported=reported)[1]
 
 
 def evaluate_and_record(run: Any, split: str, *, initial: bool = False,
@@ -140,7 +141,7 @@ def evaluate_and_record(run: Any, split: str, *, initial: bool = False,
         reported = metrics
         if initial:
             run.initial_metrics = metrics
-    if split == roles.select:
+    if split == roles.evaluated:  # the selection split, or with select_on = "last" the report split (latest wins)
         selected = run.best.update(metrics, run.epoch, step=run.step, reported=reported)
     _pictures.at_evaluation(run, split)  # before on_eval_end: loggers read run.latest_pictures
     run.host.pm.hook.on_eval_end(run=run.view, epoch=run.epoch, split=split, metrics=metrics)

@@ -15,6 +15,7 @@ from dmlplug.engine import distributed, state
 from dmlplug.engine import evaluate as _evaluate
 from dmlplug.engine import resume as _resume
 from dmlplug.engine.model import freeze_backbone
+from dmlplug.evaluation.best import LAST
 
 
 def execute(run: Any) -> Any:
@@ -97,10 +98,13 @@ def step_schedule(run: Any, evaluated: bool) -> None:
     """Advance the learning-rate schedule after an epoch, with the epoch's selection metric.
 
     The metric is signed so that larger is better (negated with ``[evaluation] mode = "min"``), and ``None``
-    when the epoch was not evaluated: a schedule that follows the metric (plateau) then waits.
+    when the epoch was not evaluated: a schedule that follows the metric (plateau) then waits. A run that selects
+    the last epoch (``select_on = "last"``, or ``auto`` without a validation split) has no selection metric: the
+    schedule always gets ``None``, never the test split's metric (a schedule that declares it follows the metric
+    is refused for such a run, :func:`dmlplug.engine.selection.check_metric_followers`).
     """
     metric = None
-    if evaluated:
+    if evaluated and run.splits.select != LAST:
         value = run.best.selection_value(run.last_metrics)
         metric = value if run.recipe.recipe.evaluation.mode == "max" else -value
     run.training.scheduler.step_epoch(metric)

@@ -28,6 +28,7 @@ from dmlplug.engine.selection import BestTracker, SplitRoles, resolve_splits
 from dmlplug.engine.train_step import TrainStep
 from dmlplug.engine.view import ReadOnlyRun
 from dmlplug.errors import RunStopped
+from dmlplug.evaluation.best import LAST
 from dmlplug.files import write_json
 
 
@@ -37,7 +38,8 @@ class RunResult:
 
     ``initial_metrics``, ``metrics`` and ``best_metrics`` are on the report split (:attr:`reported_on`): before
     training, the final model, and the checkpoint selected on :attr:`selected_on` (``best.pt``, epoch
-    :attr:`best_epoch`); ``selection_metrics`` are that checkpoint's metrics on the selection split.
+    :attr:`best_epoch`; ``"last"``: the last evaluated model, chosen by no evaluation); ``selection_metrics`` are
+    that checkpoint's metrics on the split its evaluation ran on.
     """
 
     directory: Path
@@ -146,6 +148,7 @@ class Run:
         self.components = build_components(self.recipe, self.ctx)
         self.splits = resolve_splits(r.evaluation, has_val=self.components.dataset.val is not None,
                                      dataset=str(r.data.dataset.get("name")))
+        self.best.latest = self.splits.select == LAST  # best.pt follows the latest evaluation: the last epoch's
         self.training = assemble(self.components, r, device=self.device, rank=self.dist.rank,
                                  world_size=self.dist.world_size)
         self.train_step = TrainStep(self.components, self.training, device=self.device, grad_clip=r.run.grad_clip,

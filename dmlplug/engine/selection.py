@@ -1,10 +1,14 @@
 """Model selection: which split selects ``best.pt``, which split reports, and the best evaluation so far.
 
-``[evaluation] select_on`` names the split whose evaluations choose the best checkpoint (``auto``: ``val`` when
-the dataset has a validation split, else ``test``) and ``report_on`` the split whose numbers the run reports
-(``results.json`` ``metrics``, ``best_metrics``, ``initial_metrics``). :class:`SplitRoles` is that choice made
-for a built dataset; :class:`BestTracker` follows the selection with the rules of
-:mod:`dmlplug.evaluation.best`, the one definition of "best" that every reader of a run directory uses too.
+``[evaluation] select_on`` names the split whose evaluations choose the best checkpoint, or ``last`` (the last
+epoch's model, chosen by no evaluation); ``auto`` is ``val`` when the dataset has a validation split, else
+``last``. Nothing selects on the test split unless the recipe says ``select_on = "test"`` in so many words
+(Musgrave et al., "A Metric Learning Reality Check", 2020: selecting on the test classes inflates the reported
+numbers), and every place that shows such a number says so. ``report_on`` names the split whose numbers the run
+reports (``results.json`` ``metrics``, ``best_metrics``, ``initial_metrics``). :class:`SplitRoles` is that choice
+made for a built dataset, :func:`describe_selection` says it in words (``dmlplug validate``, the run's start);
+:class:`BestTracker` follows the selection with the rules of :mod:`dmlplug.evaluation.best`, the one definition of
+"best" that every reader of a run directory uses too.
 """
 
 from __future__ import annotations
@@ -13,7 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmlplug.errors import RecipeError, RunError
-from dmlplug.evaluation.best import improves, is_candidate
+from dmlplug.evaluation.best import LAST, improves, is_candidate
+
+
+def validation_how(parameter: str | None = None) -> str:
+    """How to give a dataset validation classes carved from its training classes (class-disjoint), for messages.
+
+    Args:
+        parameter: The dataset's parameter that does it (``Params.validation_parameter()``), when it has one.
+    """
+    if parameter:
+        return (f"carve validation classes out of the training classes: --set data.dataset.{parameter}=0.25 (a "
+                "quarter of them, class-disjoint; docs/recipes.md, \"Which split selects\")")
+    return ("give the dataset validation classes carved from its training classes (its validation parameter, "
+            "'val' rows in a CSV list, or [data] val_classes with train_classes/test_classes)")
 
 
 @dataclass(frozen=True)
@@ -21,10 +38,12 @@ class SplitRoles:
     """The splits of one run: the one that selects, the one that reports, and when the latter is evaluated.
 
     Attributes:
-        select: The split whose evaluations select ``best.pt``.
+        select: The split whose evaluations select ``best.pt`` (``"val"``, ``"test"``), or ``"last"``: the latest
+            evaluated model is ``best.pt``, so a completed run's is the last epoch's.
         report: The split whose metrics the run reports.
         report_curve: Whether the report split is evaluated at every evaluation (else: before training, after
-            the last epoch and, at the end, for the selected checkpoint).
+            the last epoch and, at the end, for the selected checkpoint). With ``select = "last"`` the report split
+            is the one evaluated at every evaluation (its curve; it selects nothing).
     """
 
     select: str
@@ -32,9 +51,19 @@ class SplitRoles:
     report_curve: bool = False
 
     @property
+    def evaluated(self) -> str:
+        """The split evaluated at every evaluation: the selection split, or the report split for ``"last"``."""
+        return self.report if self.select == LAST else self.select
+
+    @property
     def separate(self) -> bool:
         """Whether selection and reporting use different splits (the report split never selects)."""
-        return self.select != self.report
+        return self.evaluated != self.report
+
+    @property
+    def on_test(self) -> bool:
+        """Whether the test split selects ``best.pt`` (only ever when the recipe says ``select_on = "test"``)."""
+        return self.select == "test"
 
     def report_due(self, epoch: int, last_epoch: int, initial: bool) -> bool:
         """Whether an evaluation after ``epoch`` evaluates the report split besides the selection split."""
@@ -57,24 +86,93 @@ def resolve_splits(evaluation: Any, *, has_val: bool, dataset: str = "?") -> Spl
         keys = " and ".join(f'{key} = "val"' for key in ("select_on", "report_on") if getattr(evaluation, key) == "val")
         raise RunError(f"[evaluation] {keys}, but dataset {dataset!r} has no validation split",
                        where="[evaluation] select_on / report_on",
-                       fix='use select_on = "auto" (val when there is one, else test) and report_on = "test", or '
-                           "give the dataset validation classes (val_classes in [data.dataset], 'val' rows in a "
-                           "CSV list, or [data] val_classes)")
-    select = evaluation.select_on if evaluation.select_on != "auto" else ("val" if has_val else "test")
+                       fix='use select_on = "auto" (val when there is one, else the last epoch) and report_on = '
+                           '"test", or give the dataset validation classes (val_classes in [data.dataset], \'val\' '
+                           "rows in a CSV list, or [data] val_classes)")
+    select = evaluation.select_on if evaluation.select_on != "auto" else ("val" if has_val else LAST)
     return SplitRoles(select, evaluation.report_on, bool(evaluation.report_curve))
+
+
+def describe_selection(evaluation: Any, has_val: bool | None, dataset: str = "?",
+                       parameter: str | None = None) -> str:
+    """Which split selects ``best.pt`` and why, in one sentence (``dmlplug validate`` prints it).
+
+    Args:
+        evaluation: The recipe's ``[evaluation]`` section.
+        has_val: Whether the dataset has a validation split; ``None``: its parameters cannot tell (the data does).
+        dataset: The dataset's name, for the sentence.
+        parameter: The dataset's parameter that carves validation classes (``Params.validation_parameter()``).
+    """
+    choice, metric = evaluation.select_on, f"{evaluation.metric} ({evaluation.mode})"
+    if choice == "test":
+        return (f'the TEST split selects best.pt by {metric}, because the recipe says select_on = "test": its best '
+                "numbers are chosen by the test classes (optimistic) and are labelled so; for a test number chosen "
+                f'without the test set, {validation_how(parameter)} with select_on = "auto"')
+    if choice == "val":
+        return f'the validation split selects best.pt by {metric} (select_on = "val")'
+    if choice == LAST:
+        return 'no split selects: best.pt is the last epoch\'s model (select_on = "last")'
+    if has_val:
+        return (f'the validation split selects best.pt by {metric} (select_on = "auto", and dataset {dataset!r} '
+                "has validation classes)")
+    last = (f"best.pt is the last epoch's model (select_on = \"auto\", and dataset {dataset!r} has no validation "
+            "classes; the test split selects only when the recipe says select_on = \"test\"); to select on "
+            f"validation classes, {validation_how(parameter)}")
+    if has_val is None:
+        return (f"the validation split selects best.pt by {metric} if dataset {dataset!r} has one (its parameters "
+                f"cannot tell), else no split selects: {last}")
+    return f"no split selects: {last}"
+
+
+def check_metric_followers(evaluation: Any, has_val: bool | None, followers: list[str], dataset: str,
+                           where: str, error: type[RecipeError] | type[RunError] = RecipeError,
+                           parameter: str | None = None) -> None:
+    """Refuse components that follow the selection metric (a plateau schedule) when no split selects.
+
+    Such a component (``requires = ("selection_metric",)``) is handed the selection split's metric after every
+    evaluation; with ``select_on = "last"`` (or ``auto`` without validation classes) there is none, and the test
+    metric is never handed over unless the recipe selects on test explicitly.
+
+    Args:
+        evaluation: The recipe's ``[evaluation]`` section.
+        has_val: Whether the dataset has a validation split (``None``: unknown, nothing is refused).
+        followers: Who follows the metric, for the message (``"lr_schedule 'plateau' ([scheduler])"``).
+        dataset: The dataset's name, for the message.
+        where: The recipe's name, for the message.
+        error: :class:`RecipeError` (``dmlplug validate``) or :class:`RunError` (the run, once the data tells).
+        parameter: The dataset's parameter that carves validation classes, for the message.
+
+    Raises:
+        RecipeError: (or ``error``) A follower and no selection metric.
+    """
+    if not followers or has_val is None:
+        return
+    select = evaluation.select_on if evaluation.select_on != "auto" else ("val" if has_val else LAST)
+    if select != LAST:
+        return
+    why = ('select_on = "last"' if evaluation.select_on == LAST
+           else f'select_on = "auto" and dataset {dataset!r} has no validation classes')
+    raise error(
+        f"{', '.join(followers)} follows the selection metric, but this run selects the last epoch by no "
+        f"evaluation ({why}); the test metric drives nothing unless the recipe says so",
+        where=f"{where}: [evaluation] select_on",
+        fix=f"{validation_how(parameter)}; or say select_on = \"test\" (its numbers are then labelled as "
+            "selected on the test split); or choose a schedule that ignores the metric (`dmlplug list lr_schedules`)",
+    )
 
 
 def evaluated_splits(evaluation: Any, has_val: bool | None) -> tuple[str, ...]:
     """Every split a run evaluates: the report split and the selection split (``has_val``: ``None`` = unknown).
 
     For checks made before or while the dataset is built (``dmlplug validate``, the run's early checks). With
-    ``select_on = "auto"`` and ``has_val`` unknown, both candidates of the selection split are included.
+    ``select_on = "auto"`` and ``has_val`` unknown, the validation split is included (it selects when it exists).
+    ``"last"`` evaluates the report split only.
     """
     splits = {evaluation.report_on}
-    if evaluation.select_on != "auto":
+    if evaluation.select_on not in ("auto", LAST):
         splits.add(evaluation.select_on)
-    else:
-        splits |= {"val"} if has_val else {"test"} if has_val is False else {"val", "test"}
+    elif evaluation.select_on == "auto" and has_val is not False:
+        splits.add("val")
     return tuple(split for split in ("test", "val") if split in splits)
 
 
@@ -97,8 +195,8 @@ def check_declared_splits(evaluation: Any, has_validation_split: bool | None, da
     raise RecipeError(
         f"[evaluation] {' and '.join(keys)}, but dataset {dataset!r} (with these parameters) has no validation split",
         where=f"{where}: [evaluation]",
-        fix='use select_on = "auto" (val when there is one, else test) and report_on = "test", or give the dataset '
-            "validation classes (its val_classes or val_fraction parameter, or [data] val_classes with "
+        fix='use select_on = "auto" (val when there is one, else the last epoch) and report_on = "test", or give the '
+            "dataset validation classes (its val_classes or val_fraction parameter, or [data] val_classes with "
             "train_classes/test_classes)",
     )
 
@@ -110,6 +208,8 @@ class BestTracker:
         metric: The selection metric (``[evaluation] metric``).
         mode: ``"max"`` or ``"min"`` (``[evaluation] mode``).
         select_initial: Whether the untrained model (epoch 0) is a candidate (``[evaluation] select_initial``).
+        latest: Select every candidate evaluation, whatever its value (``select_on = "last"``): the latest
+            evaluated model is the selection, the last epoch's once the run completed.
 
     Attributes:
         value: The best selection value so far (``None`` before the first candidate evaluation).
@@ -122,10 +222,11 @@ class BestTracker:
         latest_report_epoch: The epoch of :attr:`latest_report`.
     """
 
-    def __init__(self, metric: str, mode: str, select_initial: bool = False):
+    def __init__(self, metric: str, mode: str, select_initial: bool = False, latest: bool = False):
         self.metric = metric
         self.mode = mode
         self.select_initial = select_initial
+        self.latest = latest
         self.value: float | None = None
         self.epoch: int | None = None
         self.step: int | None = None
@@ -149,8 +250,8 @@ class BestTracker:
         return float(metrics[self.metric])
 
     def is_better(self, value: float) -> bool:
-        """Whether ``value`` beats the best so far (:func:`dmlplug.evaluation.best.improves`)."""
-        return improves(value, self.value, self.mode)
+        """Whether ``value`` beats the best so far (:func:`dmlplug.evaluation.best.improves`); always when latest."""
+        return self.latest or improves(value, self.value, self.mode)
 
     def update(self, metrics: dict[str, float], epoch: int, *, step: int | None = None,
                reported: dict[str, float] | None = None) -> bool:

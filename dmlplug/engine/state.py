@@ -18,8 +18,9 @@ from dmlplug.engine import distributed
 from dmlplug.engine import resume as _resume
 from dmlplug.errors import RunError
 
-#: Version of the checkpoint layout written by :func:`capture`.
-FORMAT = 2
+#: Version of the checkpoint layout written by :func:`capture`. 3: tensors and plain values only (numpy's generator
+#: state as a list), sealed with its sha256 (dmlplug.checkpoints); 2 still loads (docs/resume.md).
+FORMAT = 3
 
 
 def _state_of(module: Any) -> Any:

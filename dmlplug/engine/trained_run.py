@@ -7,9 +7,7 @@ so a loaded model is exactly the trained one, and any dataset wrapper of the rec
 
 from __future__ import annotations
 
-import pickle
 import tomllib
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,9 +94,8 @@ def load_run(path: str | Path, *, checkpoint: str = "best", device: str = "cpu",
     file, run_dir = find_checkpoint(path, checkpoint)
     try:
         state = load_checkpoint(file, map_location="cpu")
-    except (RunError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as exc:
-        raise DataError(f"{file} is not a readable checkpoint: {exc}", where=str(file),
-                        fix="give a run directory or a checkpoint written by `dmlplug run`") from exc
+    except RunError as exc:  # damaged, refused or unreadable: its own message says which, and what to use
+        raise DataError(exc.what, where=exc.where, fix=exc.fix) from None
     text = state.get("recipe") if isinstance(state, dict) else None
     if not text and run_dir is not None and (run_dir / rundir.RESOLVED_RECIPE).is_file():
         text = (run_dir / rundir.RESOLVED_RECIPE).read_text(encoding="utf-8")

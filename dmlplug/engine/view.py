@@ -149,6 +149,12 @@ class ReadOnlyRun:
         return MappingProxyType(dict(self._run.best.metrics))
 
     @property
+    def selected_on(self) -> str:
+        """What selects ``best.pt``: ``"val"``, ``"last"`` or ``"test"`` (the recipe's word before the build)."""
+        splits = self._run.splits
+        return str(splits.select if splits is not None else self._run.recipe.recipe.evaluation.select_on)
+
+    @property
     def eval_context(self) -> Any:
         """The :class:`dmlplug.evaluation.EvalContext` of the latest evaluation, or ``None``."""
         return self._run.eval_context

@@ -9,7 +9,9 @@ about a run. The rules:
   ``[evaluation] select_initial = true``;
 * among the candidates, the first evaluation with the best value of ``[evaluation] metric`` (``mode`` max or
   min) wins: a later tie does not replace it;
-* the reported values are those of the selected checkpoint on the report split (``[evaluation] report_on``).
+* the reported values are those of the selected checkpoint on the report split (``[evaluation] report_on``);
+* ``select_on = "last"`` (and ``auto`` without a validation split) selects by no evaluation: the latest evaluated
+  model is the selection, the last epoch's once the run completed; ``selected_on`` is then :data:`LAST`.
 
 Run directories written before these rules (their ``results.json`` has no ``selected_on``) may name the untrained
 model as best; :func:`read_best` then selects again from their ``metrics.jsonl``, by the same rules. Nothing here
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from dmlplug.errors import DataError
+
+#: ``selected_on`` of a run whose ``best.pt`` is its last evaluated model, chosen by no evaluation.
+LAST = "last"
 
 #: Keys of a ``metrics.jsonl`` record that are not metrics.
 RECORD_KEYS = frozenset({"epoch", "step", "split", "time", "report"})
@@ -54,7 +59,8 @@ class BestResult:
         epoch: Epoch of the selected checkpoint; ``None`` when nothing was selected (no candidate evaluation).
         metrics: Its metrics on :attr:`reported_on` (empty when nothing was selected, or when the run stopped
             before the report split was evaluated for it).
-        selected_on: The split whose evaluations selected it (``"val"`` or ``"test"``).
+        selected_on: The split whose evaluations selected it (``"val"`` or ``"test"``), or :data:`LAST` (the last
+            evaluated model, chosen by no evaluation).
         reported_on: The split :attr:`metrics` were computed on.
         checkpoint: The checkpoint file that holds its weights, or ``None`` when none does.
         note: Why the result differs from what ``results.json`` records (older run directories), else ``None``.
@@ -66,6 +72,17 @@ class BestResult:
     reported_on: str = "test"
     checkpoint: Path | None = None
     note: str | None = None
+
+    @property
+    def on_test(self) -> bool:
+        """Whether the test split selected it (its numbers are then optimistic, and labelled so everywhere)."""
+        return self.selected_on == "test"
+
+    def selection_label(self) -> str:
+        """How it was chosen, as commands show it: ``"selected on val"``, ``"selected on TEST"``, ``"last epoch"``."""
+        if self.selected_on == LAST:
+            return "last epoch"
+        return "selected on TEST" if self.on_test else f"selected on {self.selected_on}"
 
 
 def metrics_of(record: Mapping[str, Any]) -> dict[str, float]:

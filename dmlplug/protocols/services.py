@@ -19,7 +19,12 @@ class HasOptimizerParamGroups(Protocol):
     """
 
     def optimizer_param_groups(self) -> list[dict[str, Any]]:
-        """Return ``[{"name": str, "params": [...], "lr_mult": float, "weight_decay": float | None}]``."""
+        """Return ``[{"name": str, "params": [...], "lr_mult": float, "weight_decay": float | None}]``.
+
+        A group may add ``"parent": str``: it is then one part of the group declared under that name (a layer of
+        a backbone with layer-wise learning rates), which ``[optimizer.groups.<parent>]`` addresses; the part's
+        learning rate is the parent's times its ``lr_mult``.
+        """
 
 
 @runtime_checkable
@@ -134,6 +139,9 @@ class RunView(Protocol):
         initial_metrics: Metrics of the evaluation before training (empty when none ran).
         latest_metrics: Metrics of the latest evaluation.
         best_metrics: Metrics of the best evaluation so far, by the recipe's selection metric.
+        selected_on: What selects ``best.pt``: ``"val"``, ``"last"`` (the last evaluated model, chosen by no
+            evaluation) or ``"test"`` (only when the recipe says ``select_on = "test"``; a logger that shows the
+            best numbers labels them as selected on test).
         eval_context: The :class:`dmlplug.evaluation.EvalContext` of the latest evaluation, or ``None``.
         latest_pictures: The retrieval pictures of the latest evaluation (``[evaluation] pictures``): PNG path
             by kind, ``"worst"`` (lowest average precision) and ``"sample"`` (fixed random queries); empty
@@ -160,6 +168,7 @@ class RunView(Protocol):
     initial_metrics: Mapping[str, float]
     latest_metrics: Mapping[str, float]
     best_metrics: Mapping[str, float]
+    selected_on: str
     eval_context: Any
     latest_pictures: Mapping[str, Path]
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 _REQUIREMENT_SECTIONS = {"dataset": "data.dataset", "sampler": "data.sampler"}
 
 #: Engine services a component may require (plain strings; ``views`` is written ``"views:N"``).
-ENGINE_SERVICES = ("features", "feature_map", "views", "ema", "named_embeddings")
+ENGINE_SERVICES = ("features", "feature_map", "views", "ema", "named_embeddings", "selection_metric")
 
 
 def component_requires(spec: ComponentSpec) -> frozenset[str]:
@@ -58,7 +58,8 @@ def collect_needs(components: Mapping[str, ComponentSpec], where: str = "") -> E
                 raise RecipeError(
                     f"{kind} {spec.name!r} requires unknown engine service {requirement!r}",
                     where=f"{where}: {path} (plugin {spec.info.plugin!r})",
-                    fix="engine services are: features, feature_map, views:N, ema, named_embeddings; "
+                    fix="engine services are: features, feature_map, views:N, ema, named_embeddings, "
+                        "selection_metric; "
                         "report this to the plugin's author",
                 )
             if section == "views":

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from dmlplug.errors import RecipeError, did_you_mean
 from dmlplug.params import MIN_SPLIT_CLASSES, SplitSize
 from dmlplug.recipe.capabilities import component_tags
+from dmlplug.registry import singular
 
 if TYPE_CHECKING:
     from dmlplug.recipe.loading import ComponentSpec, ValidatedRecipe
@@ -27,17 +28,24 @@ log = logging.getLogger("dmlplug.recipe")
 
 
 def check_recipe(recipe: ValidatedRecipe, where: str) -> None:
-    """Run every parameter-level check of :mod:`dmlplug.recipe.checks`.
+    """Run every parameter-level check of :mod:`dmlplug.recipe.checks`; each runs whatever the others found.
 
     Raises:
-        RecipeError: The first mistake found, with where it is and how to fix it.
+        RecipeError: The mistake found, with where it is and how to fix it; several found are one
+            :class:`~dmlplug.recipe.mistakes.RecipeMistakes` listing each.
     """
-    check_selection_metric(recipe, where)
-    check_validation_split(recipe, where)
-    check_split_sizes(recipe, where)
-    check_batch_size(recipe, where)
-    check_classes_per_batch(recipe, where)
-    check_optimizer_groups(recipe, where)
+    from dmlplug.recipe.mistakes import Mistakes
+
+    mistakes = Mistakes()
+    # Within a step a check runs only when the one before it passed: the classes of a batch are counted for a batch
+    # size the sampler takes, the followers of the selection metric for a selection split the dataset has.
+    steps = ((check_selection_metric,), (check_validation_split, check_followers), (check_split_sizes,),
+             (check_batch_size, check_classes_per_batch), (check_optimizer_groups,))
+    for step in steps:
+        with mistakes.collect():
+            for check in step:
+                check(recipe, where)
+    mistakes.raise_if_any(where)
     for warning in recipe_warnings(recipe, where):
         log.warning("%s", warning)
 
@@ -100,6 +108,45 @@ def check_validation_split(recipe: ValidatedRecipe, where: str) -> None:
     dataset = recipe.component("data.dataset")
     check_declared_splits(recipe.recipe.evaluation, has_validation_split(recipe),
                           dataset.name if dataset is not None else "?", where)
+
+
+def metric_followers(recipe: ValidatedRecipe) -> list[str]:
+    """The components that follow the selection metric (``requires`` ``"selection_metric"``), for messages."""
+    return [f"{singular(recipe.components[path].info.kind)} {recipe.components[path].name!r} ({path})"
+            for path in recipe.needs.by.get("selection_metric", [])]
+
+
+def check_followers(recipe: ValidatedRecipe, where: str) -> None:
+    """A component that follows the selection metric (a plateau schedule) needs a run that selects by a metric.
+
+    Raises:
+        RecipeError: The run would select the last epoch (no validation split, ``select_on`` not ``"test"``).
+    """
+    from dmlplug.engine.selection import check_metric_followers
+
+    dataset = recipe.component("data.dataset")
+    check_metric_followers(recipe.recipe.evaluation, has_validation_split(recipe), metric_followers(recipe),
+                           dataset.name if dataset is not None else "?", where, parameter=validation_parameter(recipe))
+
+
+def describe_recipe_selection(recipe: ValidatedRecipe) -> str:
+    """Which split selects the recipe's ``best.pt`` and why, in one sentence (``dmlplug validate`` prints it)."""
+    from dmlplug.engine.selection import describe_selection
+
+    dataset = recipe.component("data.dataset")
+    return describe_selection(recipe.recipe.evaluation, has_validation_split(recipe),
+                              dataset.name if dataset is not None else "?", validation_parameter(recipe))
+
+
+def validation_parameter(recipe: ValidatedRecipe) -> str | None:
+    """The dataset's parameter that carves validation classes (``Params.validation_parameter()``), or ``None``.
+
+    ``None`` too when ``[data] train_classes`` re-splits the dataset: ``[data] val_classes`` is the way then.
+    """
+    dataset = recipe.component("data.dataset")
+    if dataset is None or recipe.recipe.data.train_classes is not None:
+        return None
+    return dataset.params.validation_parameter()
 
 
 def split_sizes(recipe: ValidatedRecipe) -> dict[str, SplitSize] | None:

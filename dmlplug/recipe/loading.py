@@ -19,9 +19,12 @@ from dmlplug.errors import ComponentError, DmlplugError, RecipeError, did_you_me
 from dmlplug.needs import EngineNeeds
 from dmlplug.params import NoParams, Params
 from dmlplug.recipe.capabilities import check_capabilities, collect_needs
-from dmlplug.recipe.checks import check_recipe
+from dmlplug.recipe.checks import check_recipe, evaluator_metric_names
+from dmlplug.recipe.mistakes import Mistakes, RecipeMistakes
 from dmlplug.recipe.overrides import apply_overrides, blame_override, interpolate, set_path
 from dmlplug.recipe.schema import ENGINE_OPTIONS, SECTION_KIND, Recipe
+from dmlplug.recipe.secret_values import refuse_credentials
+from dmlplug.recipe.structure import structure_error, structure_items, validate_structure
 from dmlplug.registry import ComponentInfo, format_validation_error, singular
 from dmlplug.tables import ComponentTable, drop_none, validate_table
 
@@ -114,6 +117,14 @@ class ValidatedRecipe:
         """Specs of a list section (``"regularizers"``, ``"evaluators"``, ``"loggers"``) in order."""
         return [spec for path, spec in self.components.items() if path.startswith(prefix + "[")]
 
+    def metric_names(self) -> list[str]:
+        """Every metric name ``[evaluation] metric`` may be: the evaluators' names, then their re-ranked variants.
+
+        The one list ``dmlplug validate`` checks ``[evaluation] metric`` against; tools that select on a metric of
+        the recipe (``dmlplug tune``'s ``[tune] metric``) read it here rather than keeping a list of their own.
+        """
+        return evaluator_metric_names(self)
+
     def resolved(self) -> dict[str, Any]:
         """The fully resolved recipe as a TOML-ready dict (defaults filled in, components expanded)."""
         data = drop_none(self.recipe.model_dump(mode="json"))
@@ -152,11 +163,18 @@ def load_recipe(
         RecipeError: Also a mistake found by :func:`~dmlplug.recipe.checks.check_recipe` (selection metric,
             validation split, batch size, optimizer group names).
         ComponentError: Unknown component name.
+        RecipeMistakes: Several of these at once (a :class:`RecipeError` listing each with its own where and fix,
+            :mod:`dmlplug.recipe.mistakes`); a single mistake is raised as itself.
     """
     raw, where = _read(source)
     apply_overrides(raw, overrides)
     try:
         return _validate(raw, where, registry, os.environ if environ is None else environ)
+    except RecipeMistakes as exc:
+        for mistake in exc.mistakes:
+            blame_override(mistake, overrides)
+        exc.refresh()
+        raise
     except DmlplugError as exc:
         # An error about a key that an override set points at the override, not at the recipe file.
         blame_override(exc, overrides)
@@ -164,21 +182,36 @@ def load_recipe(
 
 
 def _validate(raw: dict[str, Any], where: str, registry: Any, environ: Any) -> ValidatedRecipe:
-    """Interpolate and validate the overridden raw recipe (:func:`load_recipe` after reading it)."""
+    """Interpolate and validate the overridden raw recipe (:func:`load_recipe` after reading it).
+
+    Every mistake is reported in one error (:mod:`dmlplug.recipe.mistakes`): the structure's, then every component
+    table's, each validated whatever the others gave; the checks across tables run once every table is valid
+    (they read them all), so a recipe with a misspelt component name is checked across tables on the next run.
+    """
     raw = interpolate(raw, environ, where)
-    try:
-        recipe = Recipe.model_validate(raw)
-    except ValidationError as exc:
-        raise RecipeError(
-            "invalid recipe:\n" + format_validation_error(exc, "", Recipe), where=where,
-            fix="see docs/recipes.md for every section and key",
-        ) from None
-    components = _validate_components(recipe, registry, where)
-    validated = ValidatedRecipe(recipe, components, where, rerank=_validate_rerank(recipe, registry))
-    # Computes validated.needs, once: the engine and BuildContext.needs reuse it.
-    check_capabilities(validated, where)
-    # What components can tell from their parameters: metric names, validation split, batch size, groups.
-    check_recipe(validated, where)
+    refuse_credentials(raw, where)  # the resolved recipe is written into the run directory and every checkpoint
+    recipe, structure = validate_structure(raw)
+    if recipe is None:  # a required section missing or unusable: no table can be read from the recipe
+        raise structure_error(structure, where)
+    mistakes = Mistakes()
+    components = _validate_components(recipe, registry, where, mistakes)
+    rerank: list[RerankSpec] = []
+    with mistakes.collect():
+        rerank = _validate_rerank(recipe, registry)
+    if structure and not mistakes:
+        raise structure_error(structure, where)  # as it always read: every structural mistake in one message
+    mistakes.found[:0] = structure_items(structure, where)
+    mistakes.raise_if_any(where, skipped="the checks across sections (selection metric, splits, batch size, "
+                                         "capabilities)")
+    # The needs are computed once (the engine and BuildContext.needs reuse them); the checks across tables read them,
+    # so a component requiring an unknown engine service stops the validation here.
+    validated = ValidatedRecipe(recipe, components, where, needs=collect_needs(components, where), rerank=rerank)
+    with mistakes.collect():
+        check_capabilities(validated, where)
+    with mistakes.collect():
+        # What components can tell from their parameters: metric names, validation split, batch size, groups.
+        check_recipe(validated, where)
+    mistakes.raise_if_any(where)
     return validated
 
 
@@ -199,7 +232,8 @@ def _read(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
         raise RecipeError(f"recipe is not UTF-8 text: {exc}", where=where) from None
 
 
-def _validate_components(recipe: Recipe, registry: Any, where: str) -> dict[str, ComponentSpec]:
+def _validate_components(recipe: Recipe, registry: Any, where: str, mistakes: Mistakes) -> dict[str, ComponentSpec]:
+    """Every component table of ``recipe`` validated; each mistake is recorded in ``mistakes`` and the next goes on."""
     tables: list[tuple[str, dict[str, Any]]] = [
         ("data.dataset", recipe.data.dataset),
         ("data.sampler", recipe.data.sampler),
@@ -221,8 +255,10 @@ def _validate_components(recipe: Recipe, registry: Any, where: str) -> dict[str,
         tables.append(("data.augment", {"name": augment} if isinstance(augment, str) else augment))
     for path, table in tables:
         kind = SECTION_KIND[path.split("[")[0]]
-        specs[path] = _validate_component(path, kind, table, registry, where)
-    _check_unique_names(specs, where)
+        with mistakes.collect():
+            specs[path] = _validate_component(path, kind, table, registry, where)
+    with mistakes.collect():
+        _check_unique_names(specs, where)
     return specs
 
 

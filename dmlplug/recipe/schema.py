@@ -136,7 +136,8 @@ class SchedulerSection(Params):
         "plateau). Every other key of [scheduler] is a parameter of that schedule (step: step_size, gamma; "
         "multistep: milestones, gamma; cosine: warmup_epochs, min_lr; plateau: gamma, patience, min_lr). It is "
         "stepped after every epoch with the selection metric, signed so that larger is better ([evaluation] "
-        "mode); plateau decays after patience evaluations without improvement.")
+        "mode); plateau decays after patience evaluations without improvement, and needs a selection metric "
+        "(validation classes, or select_on = \"test\" said explicitly).")
 
 
 class EvaluationSection(Params):
@@ -147,9 +148,12 @@ class EvaluationSection(Params):
                                             "a candidate for best.pt unless select_initial).")
     metric: str = Field("recall@1", description="Metric that selects best.pt.")
     mode: Literal["max", "min"] = Field("max", description="Whether a larger metric is better.")
-    select_on: Literal["auto", "val", "test"] = Field(
-        "auto", description="Split whose evaluations select best.pt: auto = val when the dataset has a validation "
-        "split, else test (results.json says which: selected_on). Formerly `split`, still accepted.")
+    select_on: Literal["auto", "val", "test", "last"] = Field(
+        "auto", description="What selects best.pt: val (the validation split's evaluations), last (the last "
+        "epoch's model, chosen by no evaluation), test (the test split's evaluations: only when written here, and "
+        "then labelled as selected on test wherever its numbers show); auto = val when the dataset has a "
+        "validation split, else last (results.json says which: selected_on; `dmlplug validate` says why). "
+        "Formerly `split`, still accepted.")
     report_on: Literal["test", "val"] = Field(
         "test", description="Split whose metrics the run reports (results.json initial_metrics, metrics, "
         "best_metrics = the selected checkpoint evaluated on it). When it is not the selection split it never "

@@ -9,8 +9,9 @@ groups of the same name apart (:mod:`dmlplug.report.labels`).
 
 Values:
     * final: ``results.json`` ``metrics`` (the last evaluation of the report split);
-    * best: the checkpoint selected on the selection split, evaluated on the report split
-      (:func:`dmlplug.evaluation.best.read_best`, the definition every command uses);
+    * best: the checkpoint selected on the selection split (or the last epoch's, where no split selects),
+      evaluated on the report split (:func:`dmlplug.evaluation.best.read_best`, the definition every command
+      uses); a best value the test split selected is marked ``†test-selected`` and explained under the table;
     * learning curves: every evaluation in ``metrics.jsonl`` (mean over the group's seeds per epoch), and the
       training loss ``train/loss/total`` from the runs' TensorBoard events when there are some
       (:mod:`dmlplug.report.figures`);
@@ -35,6 +36,9 @@ from dmlplug.evaluation.formatting import format_mean_spread
 from dmlplug.protocols import ReportSection
 from dmlplug.report import pictures as _pictures
 from dmlplug.report.runs import Group, RunRecord, choose_metrics, find_runs, group_runs, read_run
+
+#: Appended to a best value that the test split selected (issue #41: such numbers never go unlabelled).
+TEST_SELECTED = " †test-selected"
 
 if TYPE_CHECKING:
     from dmlplug.plugins import PluginHost
@@ -81,12 +85,18 @@ class Report:
             cells = [g.label, _seeds_cell(g), *([g.protocol] if len(protocols) > 1 else []),
                      *self.extra_cells(g, "–")]
             cells += [_cell(g.stat("final", m)) for m in self.metrics]
-            cells += [_cell(g.stat("best", m)) for m in self.metrics]
+            mark = TEST_SELECTED if any(r.selected_on == "test" for r in g.runs) else ""
+            cells += [_cell(g.stat("best", m)) + mark for m in self.metrics]
             lines.append("| " + " | ".join(cells) + " |")
         splits = f" Selected on → reported on: {protocols[0]}." if len(protocols) == 1 else ""
         lines += ["", "Values: mean ± sample std over distinct seeds (a single seed shows its value). final = last "
                       "evaluation of the report split, best = the checkpoint selected by `evaluation.metric` on the "
-                      f"selection split, evaluated on the report split.{splits}", ""]
+                      "selection split (last: the last epoch's model, no split selects), evaluated on the report "
+                      f"split.{splits}", ""]
+        if any(r.selected_on == "test" for g in self.groups for r in g.runs):
+            lines += [f"{TEST_SELECTED.strip()}: best values selected on the TEST split (`select_on = \"test\"` in "
+                      "the recipe): chosen by the test classes, so optimistic; not comparable with values selected "
+                      "without the test set.", ""]
         repeats = [f"{g.label}: " + ", ".join(f"seed {seed} ran {count} times" for seed, count in
                                               g.repeated_seeds.items()) for g in self.groups if g.repeated_seeds]
         if repeats:
@@ -106,8 +116,10 @@ class Report:
             for r in g.runs:
                 where = f"epoch {r.best_epoch}" if r.best_epoch is not None else "–"
                 note = f"; {r.best_note}" if r.best_note else ""
-                lines.append(f"- {g.label}: `{r.directory}` (seed {r.seed}, {r.status}, best at {where}, selected on "
-                             f"{r.selected_on}, reported on {r.reported_on}{note})")
+                chosen = "last epoch" if r.selected_on == "last" else \
+                    f"selected on {'TEST' if r.selected_on == 'test' else r.selected_on}"
+                lines.append(f"- {g.label}: `{r.directory}` (seed {r.seed}, {r.status}, best at {where}, {chosen}, "
+                             f"reported on {r.reported_on}{note})")
         if self.figures:
             lines += ["", "## Figures", ""]
             for path in self.figures:

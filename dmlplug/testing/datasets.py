@@ -15,7 +15,8 @@ def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str
     layout). Checked: every split's ``labels`` are int64 ``0 .. num_classes-1`` with one ``class_names`` entry
     per class and its first image loads; ``Params.has_validation_split()`` (unless ``None``: the files decide)
     says whether ``val`` exists; ``Params.split_sizes()`` (unless ``None``) names exactly the built splits, with
-    their class counts and the images of their smallest class; the ``super_labels`` tag means the training
+    their class counts and the images of their smallest class; ``Params.validation_parameter()`` (unless
+    ``None``) is a parameter that declares a val split at 0.25; the ``super_labels`` tag means the training
     source carries ``attributes["super_labels"]`` aligned with its labels.
     """
     import numpy as np
@@ -48,11 +49,31 @@ def check_dataset(name: str, *, host: PluginHost | None = None, params: dict[str
                f"dataset {name!r}: Params.has_validation_split() says {declared}, but the built dataset "
                f"{'has' if bundle.val is not None else 'has no'} val split")
     _check_split_sizes(name, info.params.split_sizes(), splits)
+    _check_validation_parameter(name, info.params)
     if "super_labels" in info.tags:
         supers = (getattr(bundle.train, "attributes", None) or {}).get("super_labels")
         expect(supers is not None and len(supers) == len(bundle.train.labels),
                f"dataset {name!r}: tagged super_labels, but the training source has no aligned "
                "attributes['super_labels']")
+
+
+def _check_validation_parameter(name: str, params: Any) -> None:
+    """``Params.validation_parameter()`` names a parameter, and a fraction of 0.25 in it declares a val split."""
+    from pydantic import ValidationError
+
+    key = params.validation_parameter()
+    if key is None:
+        return
+    expect(key in type(params).model_fields, f"dataset {name!r}: Params.validation_parameter() names {key!r}, "
+                                             "which is not one of its parameters")
+    try:
+        carved = type(params).model_validate({**params.model_dump(), key: 0.25})
+    except ValidationError as exc:
+        raise ContractError(f"dataset {name!r}: {key} = 0.25 (Params.validation_parameter()) is refused: "
+                            f"{exc.errors()[0]['msg']}") from None
+    expect(carved.has_validation_split() is not False,
+           f"dataset {name!r}: with {key} = 0.25 (Params.validation_parameter()) Params.has_validation_split() "
+           "still says there is no val split")
 
 
 def _check_split_sizes(name: str, declared: Any, splits: dict[str, Any]) -> None:

@@ -119,7 +119,9 @@ def expect_groups_declared(who: str, component: Any, params: Params, section: st
     from dmlplug.protocols import HasOptimizerParamGroups
 
     if isinstance(component, HasOptimizerParamGroups):
-        built = [group["name"] for group in component.optimizer_param_groups() if list(group["params"])]
+        # A part of a declared group (a layer of a backbone) is addressed by its parent's name.
+        built = [group.get("parent") or group["name"] for group in component.optimizer_param_groups()
+                 if list(group["params"])]
     else:
         parameters = getattr(component, "parameters", None)
         built = [section] if callable(parameters) and any(p.requires_grad for p in parameters()) else []

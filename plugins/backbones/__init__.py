@@ -34,6 +34,24 @@ class TimmParams(Params):
         False, description="Keep BatchNorm in eval mode (running stats frozen; affine params still train)."
     )
     in_chans: int = Field(3, ge=1, description="Input channels.")
+    img_size: int | Literal["data"] | None = Field(
+        None, description='Input side length the model is built for, for timm models that take one (ViTs: the '
+        'grid of position embeddings, which timm resamples from the pretrained weights); "data" = [data] '
+        "image_size; None = the model's own default (vit_small_patch14_dinov2: 518). The run checks at build time "
+        "that a ViT's input size is [data] image_size.",
+    )
+    layer_decay: float | None = Field(
+        None, gt=0, le=1,
+        description="Layer-wise learning-rate decay (ViT fine-tuning recipes: 0.65-0.75): the backbone's layers, "
+        "as timm's group_matcher numbers them (stem 0, block i i+1; the final norm with the last block), train in "
+        "optimizer groups backbone.layer<N> at the backbone's lr times layer_decay^(L-N), L the top layer; "
+        "[optimizer.groups.backbone] sets the backbone's lr. None = one group `backbone`.",
+    )
+    input_norm: Literal["auto", "imagenet"] = Field(
+        "auto", description="auto: with pretrained weights whose mean/std (timm's pretrained config) are not "
+        "ImageNet's (CLIP; augreg ViTs: 0.5/0.5), the backbone re-normalises the ImageNet-normalised input to "
+        "theirs; imagenet: the input as the data pipeline normalises it.",
+    )
 
     @field_validator("model")
     @classmethod
@@ -51,6 +69,14 @@ class TimmParams(Params):
         if problem:
             raise ValueError(problem)
         return pretrained
+
+    @field_validator("img_size", mode="before")
+    @classmethod
+    def _pixels_or_data(cls, value: Any) -> Any:
+        # Before pydantic's coercion, which would read `true` as 1 pixel.
+        if isinstance(value, bool) or (isinstance(value, int) and value < 8):
+            raise ValueError(f'img_size is a side length of at least 8 pixels or "data", got {value!r}')
+        return value
 
     def extra_tags(self) -> tuple[str, ...]:
         """``"feature_map"`` unless ``model`` is a token model (ViT family), judged from its name.
@@ -161,11 +187,22 @@ def pretrained_problem(model: str, pretrained: bool | str) -> str | None:
 
 def build_timm(params: TimmParams, ctx: BuildContext) -> Any:
     """Build a timm feature extractor returning ``(pooled features, feature map)``."""
-    from dmlplug_builtins.backbones.timm_backbone import TimmBackbone, check_model_name, create_model
+    from dmlplug_builtins.backbones.timm_backbone import (
+        TimmBackbone,
+        check_input_size,
+        check_model_name,
+        create_model,
+        weights_norm,
+    )
 
     check_model_name(params.model)
-    model = create_model(params.model, params.pretrained, params.in_chans)  # weights checked before timm builds
-    return TimmBackbone(model, pool=params.pool, frozen_bn=params.frozen_bn)
+    img_size = ctx.require("image_size") if params.img_size == "data" else params.img_size
+    # Weights checked before timm builds the model.
+    model = create_model(params.model, params.pretrained, params.in_chans, img_size=img_size)
+    check_input_size(model, params.model, ctx.image_size)
+    norm = weights_norm(model) if params.pretrained is not False and params.input_norm == "auto" else None
+    return TimmBackbone(model, pool=params.pool, frozen_bn=params.frozen_bn, layer_decay=params.layer_decay,
+                        input_norm=norm)
 
 
 @hookimpl

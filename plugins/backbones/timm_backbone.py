@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +25,30 @@ class TimmBackbone(nn.Module):
         model: A timm model created with ``num_classes=0, global_pool=""``.
         pool: ``"avg"``, ``"max"`` or ``"avgmax"`` (their sum).
         frozen_bn: Keep every BatchNorm in eval mode, whatever ``train()`` says.
+        layer_decay: Layer-wise learning-rate decay of :meth:`optimizer_param_groups` (``None``: one group).
+        input_norm: ``(mean, std)`` the model's weights expect, when not ImageNet's: the ImageNet-normalised
+            input is re-normalised to them before the model (``None``: the input as it comes).
     """
 
     #: The timm model: an ``nn.Module`` whose timm attributes (``num_features``, ``forward_features``) the
     #: static type of ``nn.Module`` does not know.
     body: Any
+    #: ``x · scale + shift`` re-normalises the input (:func:`renormalization`); both ``None`` without ``input_norm``.
+    scale: torch.Tensor | None
+    shift: torch.Tensor | None
 
-    def __init__(self, model: Any, pool: str = "avg", frozen_bn: bool = False) -> None:
+    def __init__(self, model: Any, pool: str = "avg", frozen_bn: bool = False, layer_decay: float | None = None,
+                 input_norm: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
         super().__init__()
         self.body = model
         self.num_features = int(model.num_features)
         self.frozen_bn = frozen_bn
         self.pool = pool
+        self.layer_decay = layer_decay
+        scale, shift = renormalization(*input_norm) if input_norm is not None else (None, None)
+        # Not persistent: the recipe rebuilds them (checkpoints keep the keys of a plain timm model).
+        self.register_buffer("scale", scale, persistent=False)
+        self.register_buffer("shift", shift, persistent=False)
         if self.frozen_bn:
             self.train(True)
 
@@ -49,8 +62,18 @@ class TimmBackbone(nn.Module):
                     module.eval()
         return self
 
+    def optimizer_param_groups(self) -> list[dict[str, Any]]:
+        """One group ``backbone``; with ``layer_decay``, its layers as parts ``backbone.layer<N>`` of it."""
+        if self.layer_decay is None:
+            return [{"name": "backbone", "params": list(self.parameters())}]
+        from dmlplug_builtins.backbones.layer_decay import layer_decay_groups
+
+        return layer_decay_groups(self.body, self.layer_decay, parent="backbone")
+
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(B×F pooled features, B×F×h×w feature map)``; the map is ``None`` for token models (ViT)."""
+        if self.scale is not None and self.shift is not None:
+            images = images * self.scale + self.shift
         feature_map = self.body.forward_features(images)
         if feature_map.dim() == 4 and getattr(self.body, "output_fmt", "NCHW") == "NHWC":
             feature_map = feature_map.permute(0, 3, 1, 2)  # Swin & co. give B×h×w×F; the contract is B×F×h×w
@@ -65,6 +88,61 @@ class TimmBackbone(nn.Module):
         return pooled, feature_map
 
 
+def renormalization(mean: Sequence[float], std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scale, shift)``, ``1×C×1×1``: ``x · scale + shift`` turns ImageNet-normalised input into ``mean``/``std``'s.
+
+    The pipeline gives ``x = (v - m_in) / s_in``; the weights want ``(v - mean) / std``, which is
+    ``x · s_in / std + (m_in - mean) / std``.
+    """
+    from dmlplug.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+    m_in, s_in = torch.tensor(IMAGENET_MEAN), torch.tensor(IMAGENET_STD)
+    m, s = torch.tensor(tuple(mean), dtype=torch.float32), torch.tensor(tuple(std), dtype=torch.float32)
+    return (s_in / s).view(1, -1, 1, 1), ((m_in - m) / s).view(1, -1, 1, 1)
+
+
+def weights_norm(model: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The ``(mean, std)`` of the model's weights (timm's pretrained config) when they are not ImageNet's, else None.
+
+    ``None`` too for input that is not three-channel (the statistics are per RGB channel).
+    """
+    from dmlplug.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    mean, std = cfg.get("mean"), cfg.get("std")
+    if mean is None or std is None or len(mean) != 3 or len(std) != 3 or _in_chans(model) != 3:
+        return None
+    same = all(abs(a - b) < 1e-6 for a, b in zip((*mean, *std), (*IMAGENET_MEAN, *IMAGENET_STD), strict=True))
+    return None if same else (tuple(mean), tuple(std))
+
+
+def _in_chans(model: Any) -> int | None:
+    first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+    return None if first is None else int(first.in_channels)
+
+
+def check_input_size(model: Any, name: str, image_size: int | None) -> None:
+    """A ComponentError when a ViT built for one input size would get ``image_size`` (``[data] image_size``).
+
+    A timm patch embedding with a fixed grid rejects other sizes at the first forward pass, after the data and
+    the model are built; this says so at build time, with the fix. Models without a fixed grid (CNNs, ViTs built
+    with ``dynamic_img_size``) and ``image_size = None`` (a backbone built outside a run) are not judged.
+    """
+    patch_embed = getattr(model, "patch_embed", None)
+    grid = getattr(patch_embed, "img_size", None)
+    if image_size is None or grid is None or not getattr(patch_embed, "strict_img_size", False):
+        return
+    if getattr(model, "dynamic_img_size", False) or tuple(grid) == (image_size, image_size):
+        return
+    size = "×".join(str(int(n)) for n in grid)
+    raise ComponentError(
+        f"timm model {name!r} is built for {size} inputs, but [data] image_size is {image_size}",
+        where="[backbone] img_size",
+        fix=f'set img_size = "data" (timm resamples the pretrained position embeddings to the new grid; a multiple '
+            f"of the patch size keeps every pixel), or [data] image_size = {int(grid[0])}",
+    )
+
+
 def check_model_name(name: str) -> None:
     """Raise a ComponentError with close names when timm has no model ``name``."""
     if name not in timm.list_models() and not timm.is_model(name):
@@ -74,7 +152,7 @@ def check_model_name(name: str) -> None:
                              fix="see timm.list_models() for valid names")
 
 
-def create_model(name: str, pretrained: bool | str, in_chans: int) -> nn.Module:
+def create_model(name: str, pretrained: bool | str, in_chans: int, img_size: int | None = None) -> nn.Module:
     """A timm feature extractor with random, pretrained (Hugging Face hub, as timm fetches them) or file weights.
 
     ``pretrained = true``: the weights file is first resolved with huggingface_hub's ``hf_hub_download``, which
@@ -84,6 +162,21 @@ def create_model(name: str, pretrained: bool | str, in_chans: int) -> nn.Module:
     path (``pretrained_cfg_overlay={"file": ...}``: its checkpoint filters, classifier removal, ``in_chans``).
     """
     kwargs: dict[str, Any] = {"num_classes": 0, "global_pool": "", "in_chans": in_chans}
+    if img_size is not None:
+        kwargs["img_size"] = img_size
+    try:
+        return _create(name, pretrained, kwargs)
+    except TypeError as exc:  # the model class has no img_size argument (a CNN)
+        if img_size is None or "img_size" not in str(exc):
+            raise
+        raise ComponentError(
+            f"timm model {name!r} takes no img_size: {_first_lines(exc)}", where="[backbone] img_size",
+            fix="remove img_size: only models built for one input size (ViTs and their kin) take it",
+        ) from exc
+
+
+def _create(name: str, pretrained: bool | str, kwargs: dict[str, Any]) -> nn.Module:
+    """:func:`create_model` once its keyword arguments are set."""
     if isinstance(pretrained, str):
         path = Path(os.path.expanduser(pretrained))
         if not path.is_file():

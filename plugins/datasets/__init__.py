@@ -90,6 +90,10 @@ class GlyphsParams(Params):
         """A validation split exists exactly when ``val_fraction`` > 0."""
         return self.val_fraction > 0
 
+    def validation_parameter(self) -> str:
+        """``val_fraction`` moves a fraction of the training classes to the validation split."""
+        return "val_fraction"
+
     def split_sizes(self) -> dict[str, SplitSize] | None:
         """Classes per split from the fixed catalogue order, ``images_per_class`` images in each class.
 
@@ -128,8 +132,9 @@ class FileDatasetParams(Params):
         "fail", description="An image that cannot be decoded: 'fail' stops with the file name, 'skip' "
         "logs it and serves another image of the same class.")
     check_files: bool = Field(
-        True, description="Check at start-up that every listed image file exists (one directory "
-        "listing per folder).")
+        True, description="Check at start-up, before the initial evaluation, that every listed image file "
+        "exists (one directory listing per folder) and is a usable image without decoding it: readable, not "
+        "empty, an image header, a PNG's end (`dmlplug data check --deep` decodes every one).")
 
     @field_validator("val_classes")
     @classmethod
@@ -141,6 +146,10 @@ class FileDatasetParams(Params):
     def has_validation_split(self) -> bool | None:
         """A validation split exists exactly when ``val_classes`` > 0 (the file layouts hold none of their own)."""
         return self.val_classes > 0
+
+    def validation_parameter(self) -> str:
+        """``val_classes`` holds a fraction (or a count) of the training classes out for validation."""
+        return "val_classes"
 
 
 class DownloadableParams(FileDatasetParams):

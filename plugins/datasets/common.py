@@ -83,7 +83,10 @@ def assemble_bundle(
     test_query_mask: Any = None,
     test_gallery_mask: Any = None,
 ) -> Any:
-    """Carve the validation split, compare counts with the standard ones, and build the bundle.
+    """Check the image files, carve the validation split, compare counts with the standard ones, build the bundle.
+
+    With ``params.check_files`` every file gets the cheap check of :mod:`.file_checks` (exists, readable, an image
+    header, a PNG's end): a bad file fails here, or is logged under ``decode_errors = "skip"``.
 
     Args:
         dataset: Registered dataset name, for messages.
@@ -103,6 +106,10 @@ def assemble_bundle(
     from dmlplug.data import DatasetBundle
     from dmlplug.data.splits import carve_validation
 
+    if params.check_files:  # before the run's initial evaluation, instead of in the epoch that reads the file
+        from dmlplug_builtins.datasets.file_checks import check_sources
+
+        check_sources(dataset, (train, test, val), decode_errors=params.decode_errors)
     counts = {
         "train_images": len(train), "train_classes": train.num_classes,
         "test_images": len(test), "test_classes": test.num_classes,

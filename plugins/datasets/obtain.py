@@ -1,18 +1,15 @@
-"""``dmlplug data download`` and ``dmlplug data check``: the work behind the commands of :mod:`.commands`.
+"""``dmlplug data download``: the work behind the command of :mod:`.commands` (``check`` is :mod:`.checking`'s).
 
 :func:`download` fetches a :class:`~dmlplug_builtins.datasets.sources.DownloadSpec`'s files into the data root
 (resumable, verified: :mod:`dmlplug.data.download`), unpacks them atomically into the folder the loader reads and
-deletes the archives. :func:`check` builds the dataset with its registered loader (``check_files`` off) and
-compares the tree with the spec's counts, naming missing and (with ``deep``) undecodable images.
+deletes the archives.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dmlplug.data.download import extract_atomic, fetch, mirror_from_env, source_url
 from dmlplug.errors import DataError
@@ -124,109 +121,3 @@ def _require_extra_files(spec: DownloadSpec, target: Path) -> None:
     if missing:
         raise DataError(f"{spec.name}: {', '.join(missing)} missing under {target}, and no download provides "
                         "them", where=str(target), fix=(spec.extra_steps or "").replace("<root>", str(target.parent)))
-
-
-@dataclass
-class CheckReport:
-    """What :func:`check` found: counts, missing and corrupt files, problems (empty: the tree is complete)."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    expected: dict[str, int] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-    corrupt: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing is missing, corrupt or off count."""
-        return not self.problems
-
-
-def check(spec: DownloadSpec, root: Path, *, deep: bool = False, dataset_params: dict[str, Any] | None = None,
-          echo: Echo = print) -> CheckReport:
-    """Compare ``root / spec.folder`` with the official counts of ``spec``; list missing and corrupt images.
-
-    Args:
-        spec: The dataset and its expected counts (``spec.expected``).
-        root: The data root.
-        deep: Also decode every image (slow) and name those that do not decode or are truncated.
-        dataset_params: Extra loader parameters (e.g. a ``layout``).
-        echo: Where the report goes.
-
-    Returns:
-        The report; ``report.ok`` is false when anything differs.
-
-    Raises:
-        DataError: The loader cannot read the tree at all (a missing annotation file: its own message).
-    """
-    import dmlplug
-
-    folder = root / spec.folder
-    bundle = dmlplug.create("dataset", spec.name, root=str(folder), check_files=False, **(dataset_params or {}))
-    report = CheckReport(expected=dict(spec.expected))
-    report.counts = {
-        "images": len(bundle.train) + len(bundle.test),
-        "classes": bundle.train.num_classes + bundle.test.num_classes,
-        "train_images": len(bundle.train), "train_classes": bundle.train.num_classes,
-        "test_images": len(bundle.test), "test_classes": bundle.test.num_classes,
-    }
-    for key, want in spec.expected.items():
-        got = report.counts[key]
-        if got != want:
-            report.problems.append(f"{key}: {got:,} (official: {want:,})")
-    # describe() is the file path of a file source, also through the subsets a class split makes.
-    paths = list(dict.fromkeys(src.describe(i) for src in (bundle.train, bundle.test) for i in range(len(src))))
-    report.missing = _missing(paths)
-    if report.missing:
-        report.problems.append(f"{len(report.missing):,} listed images are missing")
-    if deep:
-        present = set(paths) - set(report.missing)
-        report.corrupt = [p for p in paths if p in present and not _decodes(p)]
-        if report.corrupt:
-            report.problems.append(f"{len(report.corrupt):,} images do not decode (corrupt or truncated)")
-    _print(spec, folder, report, deep, echo)
-    return report
-
-
-def _missing(paths: list[str]) -> list[str]:
-    """The paths that do not exist; each folder is listed once (fast on network file systems)."""
-    listing: dict[str, set[str]] = {}
-    missing = []
-    for path in paths:
-        parent, name = os.path.split(path)
-        if parent not in listing:
-            try:
-                listing[parent] = set(os.listdir(parent))
-            except OSError:
-                listing[parent] = set()
-        if name not in listing[parent]:
-            missing.append(path)
-    return missing
-
-
-def _decodes(path: str) -> bool:
-    from PIL import Image
-
-    try:
-        with Image.open(path) as image:
-            image.load()  # decodes every pixel: a truncated file raises here
-    except Exception:  # noqa: BLE001 (any decoder failure means the file is unusable)
-        return False
-    return True
-
-
-def _print(spec: DownloadSpec, folder: Path, report: CheckReport, deep: bool, echo: Echo) -> None:
-    echo(f"{spec.name} at {folder}")
-    for key, got in report.counts.items():
-        want = report.expected.get(key)
-        mark = "" if want is None else ("  ok" if got == want else f"  MISMATCH (official {want:,})")
-        echo(f"  {key:<14}{got:>10,}{mark}")
-    for title, files in (("missing", report.missing), ("corrupt", report.corrupt)):
-        if files:
-            echo(f"  {title} ({len(files):,}):")
-            for path in files[:SHOW]:
-                echo(f"    {path}")
-            if len(files) > SHOW:
-                echo(f"    ... and {len(files) - SHOW:,} more")
-    if report.ok:
-        echo("  complete" + ("; every image decodes" if deep else " (--deep also decodes every image)"))

@@ -160,9 +160,15 @@ def build_record_keeper(params: RecordKeeperParams, ctx):
 
 
 def build_mlflow(params: MLflowParams, ctx):
-    """MLflow logger (a tracked run per dmlplug run, its id in <run>/mlflow.json); the package was checked."""
-    from dmlplug_builtins.loggers.mlflow_logger import MLflowLogger
+    """MLflow logger (a tracked run per dmlplug run, its id in <run>/mlflow.json); the package was checked.
 
+    An ``http(s)`` tracking server is asked once, here, whether it is up: the run fails within seconds, before its
+    directory is written, instead of after minutes of the client's retries (:mod:`.mlflow_server`).
+    """
+    from dmlplug_builtins.loggers.mlflow_logger import MLflowLogger
+    from dmlplug_builtins.loggers.mlflow_server import require_tracking_server
+
+    require_tracking_server(params.tracking_uri)
     return MLflowLogger(params, quiet=bool(ctx.quiet))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.protocols import RunView
+from dmlplug_builtins.loggers.tracker_rows import selection_text
 
 
 class ConsoleLogger:
@@ -42,6 +43,7 @@ class ConsoleLogger:
     def on_run_start(self, run: RunView) -> None:
         """Announce the run; start the progress display on a terminal."""
         self._print(f"dmlplug: run {run.name!r} on {run.device} -> {run.directory}")
+        self._print(f"dmlplug: {selection_text(run.selected_on)}")
         if self.params.progress and not self.quiet and sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -72,11 +74,12 @@ class ConsoleLogger:
 
     @hookimpl
     def on_eval_end(self, run: RunView, epoch: int, split: str, metrics: dict[str, float]) -> None:
-        """One line: epoch, split, last loss, epoch time, metrics."""
+        """One line: epoch, split (marked when the test split selects best.pt), last loss, epoch time, metrics."""
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float | int))
         timing = f" ({time.time() - self._epoch_start:.1f}s)" if epoch > 0 else ""
         loss = f" loss={self._last_losses['total']:.4f}" if epoch > 0 and self._last_losses else ""
-        self._print(f"epoch {epoch} {split}{loss}{timing}: {shown}")
+        selects = " (selects best.pt)" if split == "test" and run.selected_on == "test" else ""
+        self._print(f"epoch {epoch} {split}{selects}{loss}{timing}: {shown}")
 
     @hookimpl
     def on_run_end(self, run: RunView, status: str, error: BaseException | None) -> None:
@@ -90,7 +93,7 @@ class ConsoleLogger:
 
 
 def selected_line(directory: Any) -> str:
-    """``best.pt``: its epoch, the split that selected it and its metrics on the report split (results.json)."""
+    """``best.pt``: its epoch, what selected it (TEST in capitals) and its report split metrics (results.json)."""
     from dmlplug.errors import DmlplugError
     from dmlplug.evaluation.best import read_best
 
@@ -101,4 +104,4 @@ def selected_line(directory: Any) -> str:
     if best.epoch is None:
         return "dmlplug: no checkpoint selected (no evaluation of a trained model)"
     shown = " ".join(f"{k}={v:.4f}" for k, v in best.metrics.items())
-    return f"dmlplug: best.pt = epoch {best.epoch}, selected on {best.selected_on}; {best.reported_on}: {shown}"
+    return f"dmlplug: best.pt = epoch {best.epoch}, {best.selection_label()}; {best.reported_on}: {shown}"

@@ -23,7 +23,8 @@ from typing import Any
 from dmlplug import hookimpl
 from dmlplug.files import write_json
 from dmlplug.protocols import RunView
-from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
+from dmlplug.secrets import copy_masked, mask_secrets, mask_values
+from dmlplug_builtins.loggers.tracker_rows import SELECTED_ON_KEY, EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class MLflowLogger:
     ``eval/<split>/counts/<name>``), the evaluator figures as ``figures/<split>/<name>_step_<NNNNNN>.png`` and the
     retrieval pictures as ``pictures/<split>/epoch_<NNN>_<kind>.png`` (their paths in the run directory); at the
     end ``results.json`` and ``recipe.resolved.toml`` and the run's status (FINISHED, FAILED, KILLED).
+
+    Secrets: parameters, tags, the uploaded files and ``mlflow.json`` have passwords masked (:mod:`dmlplug.secrets`);
+    credentials belong in ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``, which nothing records.
 
     Resume: the run id is stored in ``<run>/mlflow.json``; a resumed dmlplug run logs into the same MLflow run
     (new recipe keys are added as parameters; a changed value, which MLflow cannot overwrite, as the tag
@@ -111,12 +115,14 @@ class MLflowLogger:
         experiment = self.params.experiment or run.name
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-        tags = {RUN_DIR_TAG: str(Path(run.directory).resolve()), "dmlplug.run_name": run.name}
+        tags = {RUN_DIR_TAG: str(Path(run.directory).resolve()), "dmlplug.run_name": run.name,
+                SELECTED_ON_KEY: run.selected_on}  # "test" labels every best number as chosen by the test split
         created = self.client.create_run(experiment_id, run_name=self.params.run_name or Path(run.directory).name,
                                          tags=tags)
         self.run_id = created.info.run_id
-        write_json(state_path, {"tracking_uri": uri, "experiment_id": experiment_id, "run_id": self.run_id})
-        self._log_params({metric_key(key): param_value(value) for key, value in run.flat_recipe.items()})
+        write_json(state_path, {"tracking_uri": mask_secrets(uri), "experiment_id": experiment_id,
+                                "run_id": self.run_id})
+        self._log_params({metric_key(key): param_value(value) for key, value in mask_values(run.flat_recipe).items()})
 
     def _reopen(self, stored: Mapping[str, Any], uri: str) -> bool:
         """Continue the stored MLflow run; ``False`` (a new run is started) when this server does not have it."""
@@ -128,7 +134,7 @@ class MLflowLogger:
             found = None
         if found is None or found.info.lifecycle_stage != "active":
             log.warning("mlflow: run %s of %s is not on %s (or was deleted); starting a new MLflow run",
-                        stored.get("run_id"), stored.get("tracking_uri"), uri)
+                        stored.get("run_id"), stored.get("tracking_uri"), mask_secrets(uri))
             return False
         self.run_id = found.info.run_id
         self.client.update_run(self.run_id, status="RUNNING")
@@ -139,7 +145,7 @@ class MLflowLogger:
         from mlflow.entities import RunTag
 
         old = self.client.get_run(self.run_id).data.params
-        new = {metric_key(key): param_value(value) for key, value in run.flat_recipe.items()}
+        new = {metric_key(key): param_value(value) for key, value in mask_values(run.flat_recipe).items()}
         self._log_params({k: v for k, v in new.items() if k not in old})
         changed = [RunTag(f"dmlplug.changed.{k}", v) for k, v in new.items() if k in old and old[k] != v]
         for i in range(0, len(changed), _BATCH):
@@ -207,9 +213,11 @@ class MLflowLogger:
             return
         try:
             if status == "completed":
-                for name in ("results.json", "recipe.resolved.toml"):
-                    if (run.directory / name).exists():
-                        self.client.log_artifact(self.run_id, str(run.directory / name))
+                with tempfile.TemporaryDirectory() as folder:  # masked copies: no password leaves the machine
+                    for name in ("results.json", "recipe.resolved.toml"):
+                        if (run.directory / name).exists():
+                            copy = copy_masked(run.directory / name, Path(folder) / name)
+                            self.client.log_artifact(self.run_id, str(copy))
         finally:
             with contextlib.redirect_stdout(io.StringIO()) if self.quiet else contextlib.nullcontext():
                 self.client.set_terminated(self.run_id, status=_STATUS.get(status, "FAILED"))

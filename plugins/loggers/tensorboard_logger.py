@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from dmlplug import hookimpl
 from dmlplug.protocols import RunView
-from dmlplug_builtins.loggers.tracker_rows import BOOKKEEPING
+from dmlplug.secrets import mask_values
+from dmlplug_builtins.loggers.tracker_rows import BOOKKEEPING, SELECTED_ON_KEY, selection_text
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -25,7 +26,9 @@ class TensorBoardLogger:
     histograms ``eval/<split>/pair_distance/positive`` and ``.../negative``, the evaluator figures
     ``eval/<split>/figure/<name>``, the retrieval pictures ``eval/<split>/pictures/worst`` and ``.../sample``
     (``[evaluation] pictures``) and the text ``eval/<split>/counts`` (bookkeeping counts such as
-    ``excluded_queries``); at the end of the run the embedding projector and the hyper-parameters.
+    ``excluded_queries``); at the start the text ``run/selection`` (what selects ``best.pt``: TEST in capitals when
+    the recipe selects on the test split), at the end of the run the embedding projector and the hyper-parameters
+    (with ``dmlplug.selected_on``).
 
     Args:
         params: The logger's :class:`~dmlplug_builtins.loggers.TensorBoardParams`.
@@ -54,6 +57,8 @@ class TensorBoardLogger:
         log_dir = run.directory / self.params.subdir
         events.prepare(log_dir, run)
         self.writer = SummaryWriter(log_dir=str(log_dir))
+        if not run.resumed:  # kept from the first start: a resume would log it twice
+            self.writer.add_text("run/selection", selection_text(run.selected_on), 0)
 
     @hookimpl
     def on_epoch_start(self, run: RunView, epoch: int) -> None:
@@ -170,7 +175,8 @@ class TensorBoardLogger:
         metrics.update({f"hparams/best/{split}/{k}": float(v) for k, v in run.best_metrics.items()
                         if isinstance(v, float | int) and k not in BOOKKEEPING})
         # Counts of the last evaluation are facts of the run, shown beside the recipe values.
-        values = {**hparam_values(run.flat_recipe),
+        # selected_on labels the hparams/best/... values: "test" when the test split chose them.
+        values = {**hparam_values(mask_values(run.flat_recipe)), SELECTED_ON_KEY: run.selected_on,
                   **{f"counts/{split}/{k}": v for k, v in latest.items() if k in BOOKKEEPING}}
         self.writer.add_hparams(values, metrics, run_name=".", global_step=run.step)
 

@@ -15,6 +15,21 @@ from typing import Any
 BOOKKEEPING = frozenset({"excluded_queries"})
 
 
+#: The trackers' tag (mlflow) and config key (wandb), and TensorBoard's hyper-parameter, naming what selects
+#: ``best.pt``: ``"val"``, ``"last"``, or ``"test"`` (only when the recipe says ``select_on = "test"``).
+SELECTED_ON_KEY = "dmlplug.selected_on"
+
+
+def selection_text(selected_on: str) -> str:
+    """What selects ``best.pt``, in words: loud for the test split, whose best numbers are then optimistic."""
+    if selected_on == "test":
+        return ('best.pt is selected on the TEST split (select_on = "test" in the recipe): its best numbers are '
+                "chosen by the test classes, so they are optimistic")
+    if selected_on == "last":
+        return "best.pt is the last epoch's model: no split selects it"
+    return f"best.pt is selected on the {'validation' if selected_on == 'val' else selected_on} split"
+
+
 def loss_values(losses: Mapping[str, Any]) -> dict[str, float]:
     """``train/loss/<term>`` of one step's loss terms."""
     return {f"train/loss/{name}": float(value) for name, value in losses.items()}

@@ -10,20 +10,22 @@ TensorBoard's steps while W&B's ``_step`` just counts rows: a resumed run can lo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
-import shutil
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from dmlplug import hookimpl
 from dmlplug.files import write_json
 from dmlplug.protocols import RunView
-from dmlplug_builtins.loggers.tracker_rows import EpochOnce, eval_values, loss_values
+from dmlplug.secrets import copy_masked, mask_values, masked_argv
+from dmlplug_builtins.loggers.tracker_rows import SELECTED_ON_KEY, EpochOnce, eval_values, loss_values
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,10 @@ class WandbLogger:
     ``eval/<split>/pictures/<kind>``; every row with ``global_step``. At the end of a completed run
     ``results.json`` and ``recipe.resolved.toml`` among the run's files, the summary ``dmlplug.status`` and the exit
     code (0 completed, 1 failed, 255 interrupted).
+
+    Secrets: the config, names, notes, tags, the saved files and the command line W&B records in the run's
+    metadata have passwords masked (:mod:`dmlplug.secrets`); ``WANDB_API_KEY`` and other environment variables are
+    never recorded.
 
     Resume: the run id is stored in ``<run>/wandb.json``; a resumed dmlplug run opens the same W&B run
     (``resume="allow"``, or ``"must"``), in the stored project and entity, and updates the config to the resumed
@@ -84,17 +90,23 @@ class WandbLogger:
         resumes = list((stored or {}).get("resumed", []))
         if stored is not None:
             resumes.append({"step": run.step, "timestamp": time.time()})
-        config = {**run.flat_recipe, RUN_DIR_KEY: str(Path(run.directory).resolve()), RUN_NAME_KEY: run.name,
+        config = {**mask_values(run.flat_recipe), RUN_DIR_KEY: str(Path(run.directory).resolve()),
+                  RUN_NAME_KEY: run.name,
+                  SELECTED_ON_KEY: run.selected_on,  # "test" labels every best number as chosen by the test split
                   **({RESUMED_KEY: resumes} if resumes else {})}
+        # W&B records these and, in the run's metadata, the command line: passwords masked (dmlplug.secrets).
+        names = mask_values({"name": self.params.run_name, "group": self.params.group, "tags": self.params.tags,
+                             "notes": self.params.notes, "job_type": self.params.job_type})
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.wandb_run = wandb.init(
-                project=project, entity=entity, dir=str(folder), mode=self.params.mode,
-                name=self.params.run_name or Path(run.directory).name, group=self.params.group,
-                tags=self.params.tags, notes=self.params.notes, job_type=self.params.job_type, config=config,
-                id=stored["id"] if stored else None, resume=self.params.resume if stored else None,
-                allow_val_change=True, reinit="create_new",
-                settings=wandb.Settings(silent=True) if self.quiet else None)  # else WANDB_SILENT decides
+            with _argv_masked():
+                self.wandb_run = wandb.init(
+                    project=project, entity=entity, dir=str(folder), mode=self.params.mode,
+                    name=names["name"] or Path(run.directory).name, group=names["group"], tags=names["tags"],
+                    notes=names["notes"], job_type=names["job_type"], config=config,
+                    id=stored["id"] if stored else None, resume=self.params.resume if stored else None,
+                    allow_val_change=True, reinit="create_new",
+                    settings=wandb.Settings(silent=True) if self.quiet else None)  # else WANDB_SILENT decides
         except Exception as exc:  # not logged in (online), a refused project or entity, an unreachable server …
             from dmlplug.errors import RunError
 
@@ -161,20 +173,32 @@ class WandbLogger:
                 for name in ("results.json", "recipe.resolved.toml"):
                     if (Path(run.directory) / name).exists():
                         # Saved as a copy in the W&B run's files/ folder: run.save() of the original would
-                        # symlink it (with a warning), and the link breaks when the run directory moves.
-                        copy = Path(self.wandb_run.dir) / name
-                        shutil.copyfile(Path(run.directory) / name, copy)
+                        # symlink it (with a warning), and the link breaks when the run directory moves; the
+                        # copy has its passwords masked.
+                        copy = copy_masked(Path(run.directory) / name, Path(self.wandb_run.dir) / name)
                         self.wandb_run.save(str(copy), base_path=self.wandb_run.dir, policy="now")
             self.wandb_run.summary[STATUS_KEY] = status
         finally:
             wandb_run, self.wandb_run = self.wandb_run, None
             try:
-                wandb_run.finish(exit_code=_EXIT_CODE.get(status, 1))
+                with _argv_masked():  # W&B may read the command line again when it finishes the run
+                    wandb_run.finish(exit_code=_EXIT_CODE.get(status, 1))
             except Exception:
                 if status == "completed":
                     raise
                 # The run is already failing or interrupted: its own error is the one to report.
                 log.warning("wandb: could not finish W&B run %s", wandb_run.id, exc_info=True)
+
+
+@contextlib.contextmanager
+def _argv_masked() -> Iterator[None]:
+    """``sys.argv`` with its secrets masked while W&B reads it (``--set loggers[1].tracking_uri=…`` may hold one)."""
+    saved = sys.argv
+    sys.argv = masked_argv()
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def _png(figure: Any) -> Any:

@@ -159,5 +159,7 @@ def register_lr_schedules(register: Any) -> None:
              description="Decay by gamma at each milestone epoch (MultiStepLR).")
     register("cosine", build_cosine, params=CosineParams,
              description="Linear warm-up, then cosine decay to min_lr over the run's epochs.")
-    register("plateau", build_plateau, params=PlateauParams,
+    # It follows the selection metric: a run that selects the last epoch has none to give it, and the test
+    # split's metric drives it only when the recipe selects on test explicitly ("selection_metric", issue #41).
+    register("plateau", build_plateau, params=PlateauParams, requires=("selection_metric",),
              description="Decay by gamma after patience evaluations without improvement of the selection metric.")

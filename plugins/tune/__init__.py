@@ -10,7 +10,9 @@ It registers
   values and seeds, :mod:`.sweep`), and ``dmlplug validate NAME.space.toml | NAME.sweep.toml`` (hook
   ``validate_file``).
 
-Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.samplers` and
+Implementation modules beside this one: :mod:`.folds`, :mod:`.space` (the space file), :mod:`.combinations`
+(every combination of values a space can draw, validated), :mod:`.protocol` (what a search cannot honour, refused
+before it starts), :mod:`.samplers` and
 :mod:`.pruners` (the built-in ones), :mod:`.study` (storage, the study with the space's sampler and pruner, lost
 workers), :mod:`.trials` (one trial = k fold runs, pruning), :mod:`.tune` (the loop, reproductions),
 :mod:`.launch` (a fold run as a torchrun job), :mod:`.report`, :mod:`.grid` (the public grid engine: a fixed grid
@@ -134,8 +136,9 @@ def validate_file(path: Path, overrides: list[str], registry: Any) -> str | None
         return f"sweep of {len(grid.configurations())} configurations x {len(grid.seeds)} seeds over {grid.recipe_path}"
     if not path.name.endswith(".space.toml"):
         return None
-    from dmlplug_builtins.tune.space import check_space, load_space
+    from dmlplug_builtins.tune.protocol import check_search
+    from dmlplug_builtins.tune.space import load_space
 
     space = load_space(path, registry=registry)
-    check_space(space, list(overrides))
+    check_search(space, list(overrides))  # what `dmlplug tune validate` and `tune run` check
     return f"search space of {len(space.params)} parameters over {space.recipe_path}"

@@ -21,9 +21,9 @@ def cmd_tune_run(
                                                      "file in --dir.")] = None,
     worker: Annotated[bool, typer.Option("--worker", help="Join the study as one more worker: no reproductions "
                                                           "(the command without --worker does them).")] = False,
-    reproductions: Annotated[int, typer.Option(min=0, help="Retrain the best configuration on all training "
-                                                           "classes with N seeds and evaluate on the test "
-                                                           "classes (mean ± 95% CI).")] = 0,
+    reproductions: Annotated[int, typer.Option(min=0, help="Retrain the best configuration on the plain recipe "
+                                                           "(its training split) with N seeds and evaluate on "
+                                                           "the test classes (mean ± 95% CI).")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value for every run "
                                                                  "(repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda for every run.")] = None,
@@ -48,11 +48,12 @@ def cmd_tune_validate(
     space: Annotated[str, typer.Argument(help="The space file (*.space.toml).")],
     set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value (repeatable).")] = None,
 ) -> None:
-    """Check a space file against its recipe (keys, bounds, choices) without running anything."""
-    from dmlplug_builtins.tune.space import check_space, load_space
+    """Check a space file against its recipe (keys, bounds, every combination of values) without running anything."""
+    from dmlplug_builtins.tune.protocol import check_search
+    from dmlplug_builtins.tune.space import load_space
 
     loaded = load_space(space, registry=_registry())
-    check_space(loaded, list(set_ or []))
+    check_search(loaded, list(set_ or []))
     typer.echo(f"{space}: OK ({len(loaded.params)} parameters, recipe {loaded.recipe_path})")
 
 

@@ -19,13 +19,28 @@ from typing import Any
 def load(tune_dir: Path, storage: str | None) -> tuple[dict[str, Any], Any]:
     """The manifest and study of a tune directory (:func:`~dmlplug_builtins.tune.study.load_study`).
 
+    The study is the one the manifest names, and it must be this directory's search: its space identity (the
+    space, recipe and ``--set`` overrides, recorded when the study was created) is the manifest's, as ``tune run``
+    checks before it adds a trial. A ``--storage`` shared by several searches holds each under its own name; a
+    directory whose search lives elsewhere (its journal file, another database) finds another search's study
+    there, or none.
+
     Raises:
-        RunError: Not a tune directory, or no study in its storage.
+        RunError: Not a tune directory, no study in its storage, or the study of another search.
     """
-    from dmlplug_builtins.tune.study import STUDY, load_study
+    from dmlplug.errors import RunError
+    from dmlplug.secrets import mask_secrets
+    from dmlplug_builtins.tune.study import SPACE_ATTR, STUDY, load_study
     from dmlplug_builtins.tune.tune import MANIFEST
 
-    return load_study(tune_dir, storage, manifest=MANIFEST, command="tune", study=STUDY)
+    manifest, study = load_study(tune_dir, storage, manifest=MANIFEST, command="tune", study=STUDY)
+    if study.user_attrs.get(SPACE_ATTR) != manifest.get("identity"):
+        where = mask_secrets(storage) if storage else str(tune_dir / "journal.log")
+        raise RunError(f"the study {study.study_name!r} in {where} is not the search of {tune_dir}: it was created "
+                       "with another space, recipe or --set overrides than its tune.json records", where=str(tune_dir),
+                       fix=f"report {tune_dir} with the storage its search ran on (--storage URL, or none for its "
+                           "journal file), in a command of its own if the other directories' storage differs")
+    return manifest, study
 
 
 def trials_table(study: Any) -> str:
@@ -47,8 +62,11 @@ def _num(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def write_one(tune_dir: Path, storage: str | None, out: Path) -> dict[str, Any]:
-    """Write one search's report files into ``out``; returns its row of the comparison."""
+def write_one(tune_dir: Path, manifest: dict[str, Any], study: Any, out: Path) -> dict[str, Any]:
+    """Write one search's report files into ``out``; returns its row of the comparison.
+
+    ``manifest`` and ``study`` are what :func:`load` read and checked for ``tune_dir``.
+    """
     from optuna.trial import TrialState
 
     import dmlplug
@@ -57,7 +75,6 @@ def write_one(tune_dir: Path, storage: str | None, out: Path) -> dict[str, Any]:
     from dmlplug_builtins.tune.hparams import write_hparams
     from dmlplug_builtins.tune.trials import toml_value
 
-    manifest, study = load(tune_dir, storage)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "trials.md", trials_table(study))
     write_hparams(study, out / HPARAMS_FOLDER)
@@ -114,18 +131,25 @@ def _figures(study: Any, out: Path) -> None:
 
 
 def write_report(dirs: Sequence[str], *, storage: str | None = None, out: str | None = None) -> str:
-    """Write the reports of ``dirs``; returns the text printed (the comparison table)."""
+    """Write the reports of ``dirs``; returns the text printed (the comparison table).
+
+    Every directory's study is read and checked (:func:`load`) before anything is written, so a report never
+    writes into a directory whose study it did not read.
+
+    Raises:
+        RunError: A directory is no tune directory, or its study is missing from the storage or another search's.
+    """
     import warnings
 
     from dmlplug.files import write_text
 
+    loaded = [(Path(name), *load(Path(name), storage)) for name in dirs]
     rows = []
-    for name in dirs:
-        tune_dir = Path(name)
+    for tune_dir, manifest, study in loaded:
         target = Path(out) / tune_dir.name if out else tune_dir / "report"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # optuna's matplotlib module is marked experimental
-            rows.append(write_one(tune_dir, storage, target))
+            rows.append(write_one(tune_dir, manifest, study, target))
     head = ["search", "trials", "complete", "pruned", "failed", "best", "test"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_num(r[h]) if r[h] is not None else "" for h in head) + " |" for r in rows]

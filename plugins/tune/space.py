@@ -30,7 +30,8 @@ A space file names its recipe and lists the recipe keys to search, each written 
 
 Validation (:func:`check_space`) happens before anything trains: every key exists in the recipe (looked up with
 :func:`dmlplug.recipe_field`, with its conditions applied), its range lies within the field's own bounds, a log
-range is positive, every categorical choice (and both ends of a range) validates as a recipe override.
+range is positive, every categorical choice (and both ends of a range) validates as a recipe override, and so
+does every combination of values the space can draw (:mod:`.combinations`).
 """
 
 from __future__ import annotations
@@ -265,11 +266,14 @@ def check_space(space: SearchSpace, overrides: list[str]) -> None:
         overrides: ``--set`` overrides applied to every trial.
 
     Raises:
-        RecipeError: An unknown key, a range outside the field's bounds, a float range on an integer field, or
-            a value (categorical choice, range end) that the recipe refuses; the message names the parameter.
+        RecipeError: An unknown key, a range outside the field's bounds, a float range on an integer field, a
+            value (categorical choice, range end) that the recipe refuses, the message naming the parameter; or a
+            combination of values the space can draw that the recipe refuses
+            (:func:`~dmlplug_builtins.tune.combinations.check_combinations`).
     """
     import dmlplug
     from dmlplug.errors import DmlplugError
+    from dmlplug_builtins.tune.combinations import check_combinations
 
     base = dict(_pairs(overrides))
     for key, param in space.params.items():
@@ -289,6 +293,7 @@ def check_space(space: SearchSpace, overrides: list[str]) -> None:
             except DmlplugError as exc:
                 raise RecipeError(f"{key} = {value!r} is refused by the recipe: {exc.what}", where=where,
                                   fix="remove that value from the space, or narrow the range") from None
+    check_combinations(space, base)  # the values together, and every value an int range can draw
 
 
 def _check_bounds(key: str, param: ParamSpec, found: Any, where: str) -> None:

@@ -24,6 +24,13 @@ from dmlplug import hookimpl
 from dmlplug.errors import DmlplugError, RunError
 
 RECIPE = "recipe.toml"
+#: A failed trial's error, in its folder: the reason, the sampled values and the traceback.
+ERROR_FILE = "error.txt"
+
+
+def trial_folder(tune_dir: Path, number: int) -> Path:
+    """``TUNE_DIR/trials/trial-NNNN``: the fold run directories and, when the trial failed, its error."""
+    return tune_dir / "trials" / f"trial-{number:04d}"
 
 
 def fold_recipe(raw: dict[str, Any], settings: Any) -> dict[str, Any]:
@@ -103,7 +110,7 @@ def run_trial(trial: Any, *, tune_dir: Path, settings: Any, values: dict[str, An
     import dmlplug
 
     runner = runner or dmlplug.run
-    trial_dir = tune_dir / "trials" / f"trial-{trial.number:04d}"
+    trial_dir = trial_folder(tune_dir, trial.number)
     sampled = [f"{wrapped_key(k)}={toml_value(v)}" for k, v in values.items()]
     scores: list[float] = []
     for fold in range(settings.folds):
@@ -135,12 +142,24 @@ def objective(trial: Any, **kwargs: Any) -> float:
         return run_trial(trial, values=values, **kwargs)
     except optuna.TrialPruned:
         raise
-    except DmlplugError as exc:
-        trial.set_user_attr(REASON_ATTR, f"{type(exc).__name__}: {exc.what}")
-        raise
     except Exception as exc:  # out of memory, a value the engine refuses at build time: recorded, never fatal
-        trial.set_user_attr(REASON_ATTR, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        first = exc.what if isinstance(exc, DmlplugError) else (str(exc).splitlines() or [""])[0]
+        reason = f"{type(exc).__name__}: {first}"
+        trial.set_user_attr(REASON_ATTR, reason)
+        write_error(trial_folder(kwargs["tune_dir"], trial.number), trial.number, values, reason, exc)
         raise
+
+
+def write_error(folder: Path, number: int, values: dict[str, Any], reason: str, exc: BaseException) -> None:
+    """Write a failed trial's :data:`ERROR_FILE`: the console shows its one line, the file has the traceback."""
+    import traceback
+
+    from dmlplug.files import write_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sampled = "\n".join(f"  {key} = {toml_value(value)}" for key, value in values.items())
+    write_text(folder / ERROR_FILE, f"trial {number} failed: {reason}\n\nsampled values:\n{sampled}\n\n"
+               + "".join(traceback.format_exception(exc)))
 
 
 def toml_value(value: Any) -> str:

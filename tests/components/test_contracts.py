@@ -167,6 +167,13 @@ def test_a_wrong_validation_split_declaration_fails_the_kit():
                                                                      "val_fraction": 0.2}}})
 
 
+def test_a_validation_parameter_that_is_no_parameter_fails_the_kit():
+    # issue 41: `dmlplug validate` advises --set data.dataset.<it>=0.25; a name that is no parameter misleads.
+    plugin = _wrapped_glyphs({"validation_parameter": lambda self: "val_share"})
+    with pytest.raises(ContractError, match=r"validation_parameter\(\) names 'val_share'"):
+        check_plugin(plugin, **{"datasets.probe_glyphs": {"params": {"num_classes": 27, "images_per_class": 4}}})
+
+
 def test_a_wrong_tag_fails_the_dataset_kit():
     plugin = _wrapped_glyphs({}, tags=("super_labels",))
     with pytest.raises(ContractError, match="tagged super_labels"):

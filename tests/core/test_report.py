@@ -294,3 +294,17 @@ def test_a_key_only_a_newer_dmlplug_writes_is_not_a_label_when_it_holds_its_defa
              recipe_changes={"evaluation.select_on": "auto", "evaluation.select_initial": False})
     labels = sorted(g.label for g in build_report(host=get_host(), paths=[tmp_path / "b"]).groups)
     assert labels == ["exp (optimizer.lr=0.001)", "exp (optimizer.lr=0.01)"]
+
+
+def test_best_values_the_test_split_selected_are_labelled_so(tmp_path):
+    # issue 41: a best value chosen by the test classes never shows unlabelled; the last epoch says so too.
+    for name, selected_on, lr in (("tested", "test", 1e-3), ("honest", "last", 1e-2)):
+        run = fake_run(tmp_path / name, name=name, lr=lr, final={"recall@1": 0.5})
+        results = json.loads((run / "results.json").read_text())
+        (run / "results.json").write_text(json.dumps({**results, "selected_on": selected_on,
+                                                      "reported_on": "test"}))
+    text = build_report(host=get_host(), paths=[tmp_path]).markdown()
+    rows = {line.split(" ")[1]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "†test-selected" in rows["tested"] and "†test-selected" not in rows["honest"]
+    assert "best values selected on the TEST split" in text
+    assert "best at epoch 1, selected on TEST" in text and "best at epoch 1, last epoch" in text

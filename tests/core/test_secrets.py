@@ -22,3 +22,24 @@ def test_secrets_are_masked(text, masked):
                                   "--set loss.margin=0.2", "user@host", "runs/quickstart"])
 def test_what_holds_no_secret_is_left_alone(text):
     assert mask_secrets(text) == text
+
+
+def test_recorded_values_are_masked_by_key_and_by_content():
+    from dmlplug.secrets import mask_values
+
+    values = {"loggers[1].tracking_uri": "http://ann:pw@mlflow:5000", "data.api_key": "k", "db.password": "",
+              "wandb.tags": ["ok", "postgresql://u:pw@db/x"], "extra": {"token": "t"}, "model.num_tokens": 8,
+              "optimizer.lr": 0.1}
+    assert mask_values(values) == {
+        "loggers[1].tracking_uri": "http://ann:***@mlflow:5000", "data.api_key": "***", "db.password": "",
+        "wandb.tags": ["ok", "postgresql://u:***@db/x"], "extra": {"token": "***"}, "model.num_tokens": 8,
+        "optimizer.lr": 0.1}
+
+
+def test_a_copy_sent_elsewhere_is_masked(tmp_path):
+    from dmlplug.secrets import copy_masked
+
+    source = tmp_path / "recipe.resolved.toml"
+    source.write_text('[[loggers]]\nname = "mlflow"\ntracking_uri = "http://ann:pw@mlflow:5000"\n')
+    copy = copy_masked(source, tmp_path / "copy.toml")
+    assert copy.read_text() == '[[loggers]]\nname = "mlflow"\ntracking_uri = "http://ann:***@mlflow:5000"\n'

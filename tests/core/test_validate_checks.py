@@ -126,11 +126,15 @@ def test_an_evaluator_that_declares_nothing_does_not_switch_the_check_off():
 # ------------------------------------------------------------------------------------------------ validation split
 
 
+#: The quickstart without its validation classes.
+NO_VAL = ["data.dataset.val_fraction=0"]
+
+
 def test_val_split_without_validation_classes_fails():
-    error = _fails(['evaluation.select_on="val"'], 'select_on = "val"', "'glyphs'", "val_fraction")
+    error = _fails([*NO_VAL, 'evaluation.select_on="val"'], 'select_on = "val"', "'glyphs'", "val_fraction")
     assert "[evaluation]" in error.where
-    _fails(['evaluation.split="val"'], 'select_on = "val"')  # the former name of the key means the same
-    _fails(['evaluation.report_on="val"'], 'report_on = "val"')
+    _fails([*NO_VAL, 'evaluation.split="val"'], 'select_on = "val"')  # the former name of the key means the same
+    _fails([*NO_VAL, 'evaluation.report_on="val"'], 'report_on = "val"')
 
 
 def test_val_split_with_validation_classes_validates():
@@ -159,7 +163,7 @@ def test_run_checks_the_val_split_after_the_dataset_and_before_the_model(monkeyp
     from dmlplug.plugins import get_host
 
     recipe = dmlplug.validate(QUICKSTART, overrides=["data.dataset.num_classes=60", "data.dataset.images_per_class=4",
-                                                    "data.dataset.image_size=16", "data.batch_size=8"])
+                                                    "data.dataset.image_size=16", "data.batch_size=8", *NO_VAL])
     # What validate cannot know (a CSV list without 'val' rows) is simulated by changing the split afterwards.
     recipe.recipe.evaluation.select_on = "val"
     monkeypatch.setenv("DMLPLUG_CACHE", str(tmp_path))

@@ -289,9 +289,9 @@ def test_cars196_from_a_mirror_with_a_plain_file(server, trees, monkeypatch, tmp
     assert sorted(p.name for p in (root / "cars196").iterdir()) == ["car_ims", "cars_annos.mat"]
     bundle = build("cars196", root=str(root / "cars196"), train_classes=2)
     assert len(bundle.train) + len(bundle.test) == 10
-    from dmlplug_builtins.datasets.obtain import check
+    from dmlplug_builtins.datasets.checking import check_benchmark
 
-    report = check(sources.SPECS["cars196"], root, dataset_params={"train_classes": 2}, echo=lambda _: None)
+    report = check_benchmark(sources.SPECS["cars196"], root, dataset_params={"train_classes": 2}, echo=lambda _: None)
     assert report.ok, report.problems
 
 

@@ -4,18 +4,17 @@ artifacts over HTTP, the run-directory tag, and a killed-then-resumed dmlplug ru
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+import mlflow_tracking
 import pytest
 from e2e import TINY_RECIPE, sigkill_when
 from stalling import STALL_AFTER_EVAL
 
 from dmlplug_builtins.loggers.mlflow_logger import RESUMED_TAG, RUN_DIR_TAG, metric_key, param_value
+from dmlplug_builtins.loggers.tracker_rows import SELECTED_ON_KEY
 
 # ------------------------------------------------------------------------------------------ without a server
 
@@ -39,44 +38,7 @@ def _toml(text):
 
 # ------------------------------------------------------------------------------------------ a real server
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """``mlflow server`` on a free local port, SQLite backend, artifacts proxied over HTTP (mlflow-artifacts:/)."""
-    folder = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    uri = f"http://127.0.0.1:{port}"
-    log = open(folder / "server.log", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder}/mlflow.db",
-         "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 180
-        while True:
-            assert server.poll() is None, (folder / "server.log").read_text()
-            assert time.time() < deadline, "the MLflow server did not answer:\n" + (folder / "server.log").read_text()
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        yield uri
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
+mlflow_server = mlflow_tracking.mlflow_server  # the module-scoped fixture: one server for this module's tests
 
 #: Batches of 8, 4 steps per epoch, 2 epochs, a checkpoint after every step, losses logged at every step.
 SMALL = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8", "data.sampler.m=2",
@@ -135,6 +97,7 @@ def test_mlflow_run_read_back_and_continued_after_a_kill_and_resume(mlflow_serve
     assert run.data.params["loss.name"] == "multi_similarity" and run.data.params["run.epochs"] == "2"
     assert run.data.params["evaluators.1.name"] == "opis"
     assert run.data.tags[RUN_DIR_TAG] == str(killed.resolve())
+    assert run.data.tags[SELECTED_ON_KEY] == "last"  # what selected best.pt: no split (no validation classes)
     resumes = json.loads(run.data.tags[RESUMED_TAG])
     assert [r["step"] for r in resumes] == [3]
 
@@ -178,17 +141,44 @@ def test_mlflow_run_read_back_and_continued_after_a_kill_and_resume(mlflow_serve
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
-def test_an_unreachable_tracking_server_is_a_clear_run_error(tmp_path, monkeypatch):
+def test_an_unreachable_tracking_server_stops_the_run_before_its_directory_is_written(tmp_path):
     import dmlplug
     from dmlplug.errors import RunError
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail at once, not after minutes of back-off
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    # No MLFLOW_HTTP_REQUEST_* settings: the client's own retries would take minutes; the logger's probe does not.
+    uri = f"http://ann:s3cret@127.0.0.1:{mlflow_tracking.free_port()}"  # nothing listens there
     recipe = tmp_path / "tracked.toml"
     recipe.write_text(TINY_RECIPE + f'[[loggers]]\nname = "mlflow"\ntracking_uri = "{uri}"\n')
     with pytest.raises(RunError) as info:
         dmlplug.run(recipe, overrides=SMALL, out=tmp_path / "run", quiet=True)
     message = info.value.render()
-    assert uri in message and "tracking_uri" in message
-    assert not (tmp_path / "run" / "mlflow.json").exists()
+    assert "ann:***@127.0.0.1" in message and "s3cret" not in message
+    assert "does not answer: connection refused" in message and "tracking_uri" in message
+    assert "start the server" in message and "remove the mlflow logger" in message
+    assert not (tmp_path / "run").exists()  # no failed run directory left behind
+
+
+def test_a_server_error_answer_is_no_server_and_any_other_answer_is_one():
+    import http.server
+    import threading
+
+    from dmlplug_builtins.loggers.mlflow_server import probe
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the handler's name is http.server's)
+            self.send_response(503 if self.path == "/down/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert probe(f"{base}/down/") == "GET /health answered 503 Service Unavailable"
+        assert probe(f"{base}/behind-a-proxy") is None  # 404: a server is there; MLflow speaks for itself
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert probe("sqlite:///mlflow.db") is None and probe("databricks") is None  # nothing to ask

@@ -1,9 +1,11 @@
 """Model selection and what a run reports (issue 26): select on val, report on test, in one run; the untrained
-model is a baseline, not a candidate; a quiet run prints nothing."""
+model is a baseline, not a candidate; a quiet run prints nothing. Issue 41: nothing selects on the test split
+unless the recipe says so, and then every place that shows the numbers says so."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -19,6 +21,8 @@ from dmlplug.plugins import PluginHost
 SMALL = ["data.dataset.num_classes=40", "data.dataset.images_per_class=4", "data.batch_size=8", "data.sampler.m=2",
          "data.sampler.batches_per_epoch=4", "head.embedding_size=8", "run.epochs=2"]
 VAL = ["data.dataset.val_fraction=0.25"]
+#: Selection on the test split, said explicitly (``auto`` never selects on test).
+TEST = ['evaluation.select_on="test"']
 #: The recall evaluator and the countdown below; the countdown selects.
 EVALUATORS = ['evaluators=[{name="recall", k=[1, 2]}, {name="countdown"}]', 'evaluation.metric="countdown"']
 
@@ -100,11 +104,12 @@ def evaluate_best_on_test(run_dir):
 
 
 def test_the_untrained_model_is_a_baseline_unless_the_recipe_makes_it_a_candidate(tiny_recipe, tmp_path, host):
-    baseline = dmlplug.run(tiny_recipe, overrides=[*SMALL, *EVALUATORS], out=tmp_path / "b", quiet=True, host=host)
+    baseline = dmlplug.run(tiny_recipe, overrides=[*SMALL, *EVALUATORS, *TEST], out=tmp_path / "b", quiet=True,
+                           host=host)
     assert baseline.best_epoch == 1 and baseline.best_metrics["countdown"] == 0.5
     assert baseline.initial_metrics["countdown"] == 1.0  # the better value, recorded but not selectable
     assert torch.load(tmp_path / "b" / "checkpoints" / "best.pt", weights_only=False)["epoch"] == 1
-    chosen = dmlplug.run(tiny_recipe, overrides=[*SMALL, *EVALUATORS, "evaluation.select_initial=true"],
+    chosen = dmlplug.run(tiny_recipe, overrides=[*SMALL, *EVALUATORS, *TEST, "evaluation.select_initial=true"],
                          out=tmp_path / "c", quiet=True, host=host)
     assert chosen.best_epoch == 0 and chosen.best_metrics["countdown"] == 1.0
     results = json.loads((tmp_path / "c" / "results.json").read_text())
@@ -138,8 +143,8 @@ def test_quiet_prints_nothing_and_a_run_that_is_not_quiet_names_its_selected_che
     assert "epoch" not in quiet.err + quiet.out and "dmlplug:" not in quiet.err + quiet.out
     dmlplug.run(tiny_recipe, overrides=overrides, out=tmp_path / "l", quiet=False, host=host)
     loud = capfd.readouterr().err
-    assert "epoch 0 test" in loud and "epoch 1 test" in loud
-    assert "best.pt = epoch 1, selected on test; test: recall@1=" in loud
+    assert "epoch 0 test:" in loud and "epoch 1 test loss=" in loud  # no split selects: no "(selects best.pt)"
+    assert "best.pt = epoch 1, last epoch; test: recall@1=" in loud
 
 
 def test_selecting_or_reporting_on_val_needs_a_validation_split(tiny_recipe, tmp_path, host):
@@ -175,12 +180,12 @@ def test_split_roles_follow_the_options_and_the_dataset():
     from dmlplug.recipe.schema import EvaluationSection
 
     auto = EvaluationSection()
-    assert (resolve_splits(auto, has_val=True).select, resolve_splits(auto, has_val=False).select) == ("val", "test")
+    assert (resolve_splits(auto, has_val=True).select, resolve_splits(auto, has_val=False).select) == ("val", "last")
     roles = resolve_splits(EvaluationSection(report_curve=True), has_val=True)
     assert roles.report == "test" and roles.report_due(1, 5, initial=False)
     roles = resolve_splits(auto, has_val=True)
     assert [roles.report_due(e, 3, initial=e == 0) for e in range(4)] == [True, False, False, True]
-    assert not resolve_splits(auto, has_val=False).report_due(3, 3, initial=True)  # test selects and reports
+    assert not resolve_splits(auto, has_val=False).report_due(3, 3, initial=True)  # test is evaluated anyway
     with pytest.raises(RunError, match="report_on = \"val\", but dataset .* has no validation split"):
         resolve_splits(EvaluationSection(report_on="val"), has_val=False)
     assert evaluated_splits(auto, None) == ("test", "val") and evaluated_splits(auto, False) == ("test",)
@@ -222,3 +227,121 @@ def test_load_run_and_export_take_the_checkpoint_every_command_calls_best(tmp_pa
     (run / "results.json").write_text(json.dumps({"status": "completed", "selected_on": "test", "best_epoch": 2,
                                                   "reported_on": "test", "best_metrics": records[2]}))
     assert find_checkpoint(run)[0].name == "best.pt"
+
+
+# ------------------------------------------------------------------- issue 41: never on the test split unless said
+def test_auto_without_a_validation_split_keeps_the_last_epoch_not_the_best_test_epoch(tiny_recipe, tmp_path, host):
+    run_dir = tmp_path / "r"
+    result = dmlplug.run(tiny_recipe, overrides=[*SMALL, *EVALUATORS], out=run_dir, quiet=True, host=host)
+    results = json.loads((run_dir / "results.json").read_text())
+    # The countdown is best at the first trained test evaluation (epoch 1): selecting on test would take it.
+    assert (results["selected_on"], results["best_epoch"], result.best_epoch) == ("last", 2, 2)
+    assert results["best_metrics"] == results["metrics"] and results["best_metrics"]["countdown"] == 1 / 3
+    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)["epoch"] == 2
+    # The test split is evaluated for its curve; nothing is evaluated again for best.pt.
+    assert [(r["epoch"], r["split"], r.get("report")) for r in _records(run_dir)] == [
+        (0, "test", None), (1, "test", None), (2, "test", None)]
+
+
+def test_a_metric_following_schedule_never_follows_the_test_metric_unless_said(tiny_recipe, tmp_path, host):
+    plateau = [*SMALL, 'scheduler.name="plateau"']
+    with pytest.raises(RecipeError, match="follows the selection metric") as refused:
+        dmlplug.validate(tiny_recipe, plateau)
+    assert "--set data.dataset.val_fraction=0.25" in refused.value.fix and 'select_on = "test"' in refused.value.fix
+    dmlplug.validate(tiny_recipe, [*plateau, *VAL])  # validation classes select, and the schedule follows them
+    dmlplug.validate(tiny_recipe, [*plateau, *TEST])  # said explicitly (and labelled everywhere)
+    # A dataset whose parameters cannot tell: the run refuses it once the data shows no validation split.
+    unknown = [*plateau, 'data.dataset.name="unknown_val"']
+    with pytest.raises(RunError, match="follows the selection metric"):
+        dmlplug.run(tiny_recipe, overrides=unknown, out=tmp_path / "u", quiet=True, host=host)
+    assert not (tmp_path / "u").exists()
+
+
+def test_a_run_that_selects_on_test_says_so_everywhere_its_numbers_show(tiny_recipe, tmp_path, host, capfd):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "t"
+    loggers = 'loggers=[{name="console"}, {name="tensorboard", projector=false, histograms=false, figures=false}]'
+    dmlplug.run(tiny_recipe, overrides=[*SMALL, *TEST, "run.epochs=1", "evaluation.pictures=false", loggers],
+                out=run_dir, quiet=False, host=host)
+    err = capfd.readouterr().err
+    assert 'best.pt is selected on the TEST split (select_on = "test" in the recipe)' in err
+    assert "epoch 1 test (selects best.pt) loss=" in err and "best.pt = epoch 1, selected on TEST; test:" in err
+    assert json.loads((run_dir / "results.json").read_text())["selected_on"] == "test"
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    text = events.Tensors("run/selection/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert text.startswith("best.pt is selected on the TEST split")
+    manifest = dmlplug.export(run_dir, tmp_path / "bundle", format="torchscript", images=8, calibrate=False)
+    assert manifest["source"]["selected_on"] == "test"
+
+
+def test_validate_says_which_split_selects_and_why(capsys, monkeypatch):
+    from e2e import ROOT
+
+    from dmlplug.cli import main
+
+    monkeypatch.setenv("DMLPLUG_DATA", "/data")
+    cub = str(ROOT / "recipes" / "cub_margin.toml")
+    main(["validate", cub])
+    out = capsys.readouterr().out
+    assert "selection: no split selects: best.pt is the last epoch's model" in out
+    assert "dataset 'cub200' has no validation classes" in out and "--set data.dataset.val_classes=0.25" in out
+    main(["validate", cub, "--set", "data.dataset.val_classes=0.25"])
+    assert "selection: the validation split selects best.pt by recall@1 (max)" in capsys.readouterr().out
+    main(["validate", cub, "--set", 'evaluation.select_on="test"'])
+    assert "selection: the TEST split selects best.pt" in capsys.readouterr().out
+
+
+#: The paper-protocol recipes (no validation classes of their own).
+PAPER_RECIPES = ["cub_margin", "cars_multisimilarity", "sop_arcface", "sop_arcface_tcm", "cub_proxyanchor_nir",
+                 "cub_diva", "cub_s2sd"]
+
+
+def _shipped_recipes():
+    from e2e import ROOT
+
+    return sorted(path for path in (ROOT / "recipes").rglob("*.toml") if path.name.count(".") == 1)
+
+
+@pytest.mark.parametrize("path", _shipped_recipes(), ids=lambda path: path.stem)
+def test_no_shipped_recipe_selects_on_the_test_split_without_saying_so(path, monkeypatch):
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe
+    from dmlplug.recipe.checks import describe_recipe_selection
+
+    monkeypatch.setenv("DMLPLUG_DATA", "/data")
+    said = describe_recipe_selection(load_recipe(path, registry=get_host().registry))
+    written = re.search(r'^select_on\s*=\s*"test"', path.read_text(), flags=re.M) is not None  # not a comment
+    assert ("TEST" in said) == written, said
+
+
+@pytest.mark.parametrize("name", PAPER_RECIPES)
+def test_each_paper_recipe_states_its_choice_and_selects_on_validation_with_one_override(name, monkeypatch):
+    from e2e import ROOT
+
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe
+    from dmlplug.recipe.checks import describe_recipe_selection
+
+    monkeypatch.setenv("DMLPLUG_DATA", "/data")
+    path = ROOT / "recipes" / f"{name}.toml"
+    text = path.read_text()
+    override = "data.dataset.val_classes=0.25"
+    assert f"#   dmlplug run recipes/{name}.toml --set {override}\n" in text and 'select_on = "auto"\n' in text
+    registry = get_host().registry
+    assert describe_recipe_selection(load_recipe(path, registry=registry)).startswith("no split selects")
+    carved = load_recipe(path, [override], registry=registry)
+    assert describe_recipe_selection(carved).startswith("the validation split selects best.pt")
+
+
+def test_the_quickstart_selects_on_validation_classes():
+    from e2e import ROOT
+
+    from dmlplug.plugins import get_host
+    from dmlplug.recipe import load_recipe
+    from dmlplug.recipe.checks import describe_recipe_selection, has_validation_split
+
+    quickstart = load_recipe(ROOT / "recipes" / "quickstart.toml", registry=get_host().registry)
+    assert has_validation_split(quickstart) is True  # so export calibrates its thresholds there, not on test
+    assert describe_recipe_selection(quickstart).startswith("the validation split selects best.pt")

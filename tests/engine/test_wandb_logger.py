@@ -20,6 +20,7 @@ from wandb_records import read_run, read_segment
 
 from dmlplug.engine.flatten import flatten_recipe
 from dmlplug.errors import RecipeError
+from dmlplug_builtins.loggers.tracker_rows import SELECTED_ON_KEY
 from dmlplug_builtins.loggers.wandb_logger import RESUMED_KEY, RUN_DIR_KEY, RUN_NAME_KEY, STATUS_KEY
 
 
@@ -164,6 +165,7 @@ def test_wandb_run_read_back_and_continued_after_a_kill_and_resume(wandb_env, tm
     assert config["loss.name"] == "multi_similarity" and config["run.epochs"] == 2
     assert config["evaluators[1].name"] == "opis" and config["loggers[2].tags"] == ["glyphs", "ci"]
     assert run.config[RUN_DIR_KEY] == str(killed.resolve()) and run.config[RUN_NAME_KEY] == "tiny"
+    assert run.config[SELECTED_ON_KEY] == "last"  # what selected best.pt: no split (no validation classes)
     resumes = run.config[RESUMED_KEY]
     assert [r["step"] for r in resumes] == [3] and state["resumed"] == resumes
 

@@ -52,21 +52,40 @@ def test_headline_compares_each_arm_with_the_others_final_best(bench):
     assert lines[1] == "mean over seeds: random reached tpe's final best 0.7500 after never, within the budget"
     # per seed: tpe s0 reaches 0.65 at 4 (40%), s1 reaches 0.7 at 6 (60%); random s0 never reaches 0.7, s1 never 0.8
     assert lines[2].endswith(": 40% 60%") and lines[3].endswith(": - -")
-    assert lines[4].startswith("target (tpe reaches random's best with at least 40% fewer epochs): met; final best tpe")
+    # what the seeds resolve: differences 0.7 - 0.65 and 0.8 - 0.7, mean 0.075, t(0.975, 1) * 0.025 = 0.3177
+    assert lines[4] == "final best, tpe - random, both at 10: +0.0750 ± 0.3177 (paired, 95% CI, 2 seeds; better on " \
+                       "2, worse on 0): not resolved (the interval holds 0)"
     lines = bench.headline({"tpe": rnd, "random": tpe}, budget)  # the arms swapped: 0.675 never reaches 0.75
-    assert "never" in lines[0] and "after 6 of 10" in lines[1] and ": not met;" in lines[4]
+    assert "never" in lines[0] and "after 6 of 10" in lines[1] and lines[4].startswith("final best, tpe - random, "
+                                                                                       "both at 10: -0.0750 ± 0.3177")
+    # random search on twice the budget: its best there (0.9 and 0.85 on the two seeds) is the second baseline;
+    # differences -0.2 and -0.05: mean -0.125, t(0.975, 1) * 0.075 = 0.9530
+    lines = bench.headline({"tpe": tpe, "random": rnd}, budget, longer=(20, [0.9, 0.85]))
+    assert lines[5].startswith("final best, tpe at 10 - random at 20: -0.1250 ± 0.9530 (paired, 95% CI, 2 seeds; "
+                               "better on 0, worse on 2)")
+
+
+def test_resolution_says_whether_the_interval_excludes_zero(bench):
+    # differences 0.1, 0.12, 0.11: mean 0.11, sd 0.01, t(0.975, 2) * 0.01 / sqrt(3) = 0.0248
+    assert bench.resolution("a - b", [0.6, 0.62, 0.61], [0.5, 0.5, 0.5]).endswith(
+        "+0.1100 ± 0.0248 (paired, 95% CI, 3 seeds; better on 3, worse on 0): resolved (the interval excludes 0)")
+    assert bench.resolution("a - b", [0.6], [0.5]).endswith("1 seeds; better on 1, worse on 0): one seed: nothing "
+                                                           "resolved")
 
 
 def test_every_arm_is_a_valid_space_with_its_settings(bench, tmp_path):
-    from dmlplug.plugins import get_host
     from dmlplug_builtins.tune.space import load_space
 
     for arm, settings in bench.ARMS.items():
-        space = load_space(bench.arm_space(bench.SPACE, arm, 3, tmp_path, quick=False), registry=get_host().registry)
+        # an arm's pruner may come from a plugin (Hyperband: the retrieval example, loaded from its folder)
+        space = load_space(bench.arm_space(bench.SPACE, arm, 3, tmp_path, quick=False),
+                           registry=bench.arm_registry(arm))
         chosen = space.settings
         assert chosen.prune_at == settings.get("prune_at", "epoch")
         for key in ("sampler", "pruner"):
             wanted = settings[key] if isinstance(settings[key], dict) else {"name": settings[key]}
+            # max_resource "trial" is a whole trial: 2 folds x 4 epochs of the budget recipe
+            wanted = {k: 8 if v == "trial" else v for k, v in wanted.items()}
             assert wanted.items() <= getattr(chosen, key).to_dict().items()
         # the space file's start-up trials stay with TPE and with a pruner that takes them
         assert chosen.sampler.to_dict().get("startup_trials", 4) == 4

@@ -70,10 +70,11 @@ def test_a_good_space_validates_and_samples_only_active_parameters(tmp_path):
         low = 1e-4
         high = 1e-2
         log = true
-        [params."data.sampler.m"]
+        [params."data.sampler.m"]             # 2 and 4 divide batch_size = 8 (3, without the step, would not)
         type = "int"
         low = 2
         high = 4
+        step = 2
         [params."loss.name"]
         type = "categorical"
         choices = ["multi_similarity", "contrastive"]
@@ -182,7 +183,7 @@ def test_unreachable_storage_and_another_space_are_refused(tmp_path):
 def test_a_search_whose_storage_fails_leaves_no_new_directory_behind(tmp_path):
     from dmlplug_builtins.tune.tune import tune
 
-    space = write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n')
+    space = write_space(tmp_path, '[params."loss.alpha"]\ntype = "float"\nlow = 1\nhigh = 2\n')
     with pytest.raises(RunError, match="cannot open the study storage"):
         tune(space, tmp_path / "t", trials=1, registry=registry(),
              storage="postgresql://u@127.0.0.1:9/x", echo=lambda _: None)
@@ -220,7 +221,7 @@ def test_the_documented_space_is_the_shipped_one():
 def test_dmlplug_validate_checks_a_space_file(tmp_path, capsys):
     from dmlplug.cli import main
 
-    good = write_space(tmp_path, '[params."run.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n')
+    good = write_space(tmp_path, '[params."loss.alpha"]\ntype = "float"\nlow = 1\nhigh = 2\n')
     main(["validate", str(good)])
     assert capsys.readouterr().out.startswith(f"{good}: OK (search space of 1 parameters over ")
     good.write_text(good.read_text().replace("high = 2", "high = 2\nlog = true\nstep = 1"))

@@ -57,14 +57,15 @@ def test_search_resume_reproduce_and_report(tmp_path, single_thread):
         run = tmp_path / "t" / "reproductions" / f"seed-{seed}"
         data = json.loads((run / "data.json").read_text())
         # Trained on every training class (the fold's training plus validation classes), evaluated on the test
-        # classes, and selected on them (the plain recipe has no validation split), not on a fold's val classes.
+        # classes; the plain recipe has no validation split, so its best.pt is the last epoch's model (select_on =
+        # "auto"), never selected on a fold's val classes.
         assert data["dataset"] == "glyphs" and "tune_fold" not in data["info"] and set(data["splits"]) == {"train",
                                                                                                             "test"}
         assert data["splits"]["train"]["classes"] == fold["train"]["classes"] + fold["val"]["classes"]
         # The test classes are the recipe's classes outside every fold (a fold's "test" split is its val fold).
         assert fold["test"] == fold["val"]
         assert data["splits"]["test"]["classes"] == 40 - data["splits"]["train"]["classes"] > 0
-        assert results(run)["selected_on"] == "test" and results(run)["reported_on"] == "test"
+        assert results(run)["selected_on"] == "last" and results(run)["reported_on"] == "test"
         resolved = (run / "recipe.resolved.toml").read_text()
         assert f"seed = {seed}\n" in resolved and f"lr = {study.best_trial.params['optimizer.lr']}" in resolved
     summary = json.loads((tmp_path / "t" / "reproductions" / "summary.json").read_text())

@@ -110,6 +110,23 @@ def test_a_cached_file_of_another_architecture_is_an_error_naming_the_file(tmp_p
     assert str(path) in str(caught.value)
 
 
+def test_a_vit_built_for_the_data_size_gets_its_pretrained_weights_on_the_new_grid(tmp_path, hub):
+    """timm's ViT test model (160 px, patch 16, trained on 0.5 / 0.5 statistics) at [data] image_size 32."""
+    import timm
+
+    weights = timm_weights("test_vit")
+    write_cache(tmp_path / "hub", weights, repo="timm/test_vit.r160_in1k")
+    hub(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "home"), HF_HUB_CACHE=str(tmp_path / "hub"))
+    built = backbone(model="test_vit.r160_in1k", img_size="data", image_size=32)
+    state = built.body.state_dict()
+    # The position embeddings resampled from 10×10 patches to 2×2, the blocks loaded as they are.
+    assert state["pos_embed"].shape == timm.create_model("test_vit", img_size=32).pos_embed.shape
+    assert state["pos_embed"].shape != weights["pos_embed"].shape
+    torch.testing.assert_close(state["blocks.0.attn.qkv.weight"], weights["blocks.0.attn.qkv.weight"], rtol=0, atol=0)
+    assert built.shift is not None  # the weights' statistics are not ImageNet's: the input is re-normalised
+    assert built(torch.randn(2, 3, 32, 32))[0].shape == (2, built.num_features)
+
+
 def test_a_real_process_honours_HF_HUB_OFFLINE_from_its_environment(tmp_path):
     # The user's case: the variables are set before anything imports huggingface_hub.
     code = ("import time, dmlplug\n"

@@ -127,13 +127,16 @@ def test_the_engine_signs_the_metric_so_that_larger_is_better():
     from dmlplug.engine.loop import step_schedule
 
     seen = []
-    for mode, evaluated in (("max", True), ("min", True), ("min", False)):
+    for mode, evaluated, select in (("max", True, "val"), ("min", True, "val"), ("min", False, "val"),
+                                    ("max", True, "last")):
         run = SimpleNamespace(
             recipe=SimpleNamespace(recipe=SimpleNamespace(evaluation=SimpleNamespace(mode=mode))),
             best=SimpleNamespace(selection_value=lambda metrics: metrics["loss"]), last_metrics={"loss": 0.25},
+            splits=SimpleNamespace(select=select),
             training=SimpleNamespace(scheduler=SimpleNamespace(step_epoch=seen.append)))
         step_schedule(run, evaluated)
-    assert seen == [0.25, -0.25, None]
+    # A run that selects the last epoch has no selection metric: its (test) evaluation is never handed over.
+    assert seen == [0.25, -0.25, None, None]
 
 
 def test_plateau_with_mode_min_decays_when_the_metric_stops_falling():
