@@ -220,7 +220,7 @@ def check_data(recipe: Any, overrides: list[str] | dict[str, Any] | None = None)
 
 def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
            images: int = 256, tolerance: float = 1e-4, device: str = "cpu", calibrate: bool = True,
-           allow_untrained: bool = False) -> dict[str, Any]:
+           allow_untrained: bool = False, log_model: bool = False) -> dict[str, Any]:
     """Export a trained run as a bundle folder: the embedding model and ``bundle.json`` (docs/bundle.md).
 
     The model is backbone + head + L2 normalisation, the embedding evaluation uses, as ``model.onnx`` (dynamic
@@ -242,6 +242,8 @@ def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", fo
         device: Where the models run while exporting and verifying.
         calibrate: Calibrate the acceptance thresholds (:mod:`dmlplug.bundle.calibrate`).
         allow_untrained: Export a checkpoint written before any training step (refused otherwise).
+        log_model: Once the bundle is written, log it as a model to the run's experiment tracker (the ``mlflow``
+            logger's MLflow run: docs/monitoring.md), through the plugins' ``on_bundle_exported`` hook.
 
     Returns:
         The written ``bundle.json`` as a dict.
@@ -249,13 +251,14 @@ def export(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", fo
     Raises:
         dmlplug.bundle.errors.BundleError: ONNX packages missing, ``out`` not new, the checkpoint is the untrained
             model (without ``allow_untrained``), or the exported model differs from PyTorch by more than
-            ``tolerance`` (nothing is written).
+            ``tolerance`` (nothing is written); or, after the bundle was written (it stays), a plugin failed in
+            ``on_bundle_exported`` or ``log_model`` was asked and no plugin logged the bundle.
         dmlplug.errors.DataError: No loadable run at ``run_dir``.
     """
     from dmlplug.bundle.export import export_run
 
     return export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images, tolerance=tolerance,
-                      device=device, calibrate=calibrate, allow_untrained=allow_untrained)
+                      device=device, calibrate=calibrate, allow_untrained=allow_untrained, log_model=log_model)
 
 
 def load_bundle(path: str | Path, *, device: str = "cpu") -> Any:

@@ -53,6 +53,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dmlplug_builtins.tune",
     "dmlplug_builtins.rerank",
     "dmlplug_builtins.codecs",
+    "dmlplug_builtins.serve",
 )
 
 #: Built-ins that the recipe defaults name (``[head] name = "linear"``, ``[data.sampler] m_per_class``, the

@@ -24,15 +24,17 @@ Every hook has a test in `tests/hooks/` that implements it in a throwaway plugin
 GROUPS = (
     ("Registration hooks", "Called once when plugins load; each receives a `register` callback.",
      lambda name: name.startswith("register_") and name != "register_commands"),
-    ("The command line", "Called when the `dmlplug` command starts (`register_commands`), and by `dmlplug validate` "
-     "for a file a plugin may own (`validate_file`).", lambda name: name in ("register_commands", "validate_file")),
+    ("The command line", "Called when the `dmlplug` command starts (`register_commands`), by `dmlplug validate` "
+     "for a file a plugin may own (`validate_file`), and by `dmlplug export` once the bundle is written "
+     "(`on_bundle_exported`).",
+     lambda name: name in ("register_commands", "validate_file", "on_bundle_exported")),
     ("Lifecycle hooks", "Called during every run, on every plugin and on the run's loggers; `run` is a read-only "
      "`RunView`. A hook may end the run early on purpose by raising `dmlplug.errors.RunStopped(reason, "
      "status=\"pruned\")` (any lowercase word but `completed`, `failed`, `interrupted`; default `stopped`): "
      "`results.json` then records that status and `reason` instead of `failed` and `error` "
      "([run-directory.md](run-directory.md)), `on_run_end` receives the status, and the exception goes on to the "
      "caller of `dmlplug.run` (the CLI exits with status 1). `dmlplug tune` ends a pruned trial's fold run this "
-     "way.", lambda name: name.startswith("on_")),
+     "way.", lambda name: name.startswith("on_") and name != "on_bundle_exported"),
     ("Reports", "Called by `dmlplug report`, once per report.", lambda name: name == "report_section"),
 )
 

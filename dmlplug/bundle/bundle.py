@@ -127,7 +127,7 @@ class Bundle(Embedder):
             be loaded, or takes or makes other sizes than recorded; or the ONNX packages are missing.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], device: str = "cpu"):
+    def __init__(self, path: Path, manifest: dict[str, Any], device: str = "cpu", threads: int | None = None):
         from dmlplug.bundle.preprocess import build_preprocess
         from dmlplug.bundle.runtime import load_model
 
@@ -137,10 +137,9 @@ class Bundle(Embedder):
         if record["format"] == "onnx":
             require_onnx()  # before hashing: say what to install at once
         model = path / record["file"]
-        self.model_sha256 = check_file(model, size=record.get("size"), sha256=record["sha256"],
-                                       what="the bundle's model file", record=MANIFEST, fix=EXPORT_AGAIN)
+        self.model_sha256 = verified_model_sha256(path, manifest)
         runner = load_model(model, record["format"], device, input_size=manifest["input_size"],
-                            embedding_size=self.embedding_size)
+                            embedding_size=self.embedding_size, threads=threads)
         super().__init__(build_preprocess(manifest["preprocessing"]), self._checked(runner), str(path))
         self.threshold = default_threshold(manifest)
 
@@ -200,8 +199,9 @@ class Bundle(Embedder):
                 (docs/reranking.md): it reorders the matches; similarities stay query·match cosines.
 
         Returns:
-            ``[{"query": name, "matches": [{"path", "similarity", "accepted"}, ...]}, ...]``, most similar
-            first; ``accepted`` is ``None`` when there is no threshold.
+            ``[{"query": name, "matches": [{"id", "path", "stored_path", "similarity", "accepted"}, ...]}, ...]``,
+            most similar first (:mod:`dmlplug.bundle.search`); ``accepted`` is ``None`` when there is no
+            threshold.
 
         Raises:
             BundleError: The index is damaged, was built by another model (and checkpoint), or holds vectors of
@@ -209,7 +209,8 @@ class Bundle(Embedder):
             ComponentError: ``rerank`` names no registered re-ranker.
             RecipeError: ``rerank`` has invalid parameters.
         """
-        from dmlplug.bundle.index_files import check_built_by, read_index
+        from dmlplug.bundle.index_files import read_index
+        from dmlplug.bundle.search import check_searchable, search_vectors
         from dmlplug.evaluation.rerank_spec import RerankSpec, parse_rerank
 
         spec = rerank
@@ -224,27 +225,14 @@ class Bundle(Embedder):
 
             # A Python caller's folder: its codec is looked up among the process-wide plugins' (as --rerank's is).
             index = read_index(index, get_host().registry)
-        check_built_by(index, self)
-        if index.dim != self.embedding_size:
-            raise BundleError(f"the index holds {index.dim}-d embeddings, the bundle makes {self.embedding_size}-d",
-                              fix="build the index with this bundle: dmlplug index BUNDLE IMAGES --out INDEX")
-        limit = threshold if threshold is not None else self.threshold
-        if spec is None:
-            similarities, rows = index.search(self.embed(queries), k)
-        else:
-            from dmlplug.bundle.rerank_search import gallery_vectors, reranked_search
+        check_searchable(self, index)
+        if spec is not None:
+            from dmlplug.bundle.rerank_search import check_rerankable
 
-            gallery_vectors(index, spec)  # an index that cannot re-rank is refused before any query is embedded
-            similarities, rows = reranked_search(index, self.embed(queries), k, spec)
-        results = []
-        for i, query in enumerate(queries):
-            # float(s) >= limit compares in float64: numpy would compare a float32 score with a Python float in
-            # float32, rounding the threshold to the nearest float32, possibly below it.
-            matches = [{"path": index.paths[r], "similarity": float(s),
-                        "accepted": None if limit is None else float(s) >= limit}
-                       for s, r in zip(similarities[i], rows[i], strict=True) if r >= 0]
-            results.append({"query": str(names[i] if names is not None else query), "matches": matches})
-        return results
+            check_rerankable(index, spec)  # an index that cannot re-rank is refused before any query is embedded
+        labels = [str(names[i] if names is not None else query) for i, query in enumerate(queries)]
+        return search_vectors(index, self.embed(queries), labels, k=k,
+                              threshold=threshold if threshold is not None else self.threshold, rerank=spec)
 
 
 def default_threshold(manifest: dict[str, Any]) -> float | None:
@@ -304,10 +292,24 @@ def _layout_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def load_bundle(path: str | Path, *, device: str = "cpu") -> Bundle:
-    """Load a bundle folder written by ``dmlplug export``; see :func:`dmlplug.load_bundle`."""
+def verified_model_sha256(folder: Path, manifest: dict[str, Any]) -> str:
+    """The sha256 of the bundle's model file, checked against ``bundle.json`` (size and digest), without loading it.
+
+    Raises:
+        BundleError: The model file is missing, or of another size or sha256 than ``bundle.json`` records.
+    """
+    record = manifest["model"]
+    return check_file(folder / record["file"], size=record.get("size"), sha256=record["sha256"],
+                      what="the bundle's model file", record=MANIFEST, fix=EXPORT_AGAIN)
+
+
+def load_bundle(path: str | Path, *, device: str = "cpu", threads: int | None = None) -> Bundle:
+    """Load a bundle folder written by ``dmlplug export``; see :func:`dmlplug.load_bundle`.
+
+    ``threads``: ONNX Runtime's, as :func:`dmlplug.bundle.api.load_bundle` says.
+    """
     folder, manifest = read_manifest(path)
-    return Bundle(folder, manifest, device)
+    return Bundle(folder, manifest, device, threads)
 
 
 def load_run_embedder(path: str | Path, *, checkpoint: str = "best", device: str = "cpu") -> Embedder:

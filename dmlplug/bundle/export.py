@@ -25,11 +25,13 @@ from dmlplug.files import sha256_file, write_json
 
 def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best", format: str = "onnx",
                images: int = DEFAULT_IMAGES, tolerance: float = DEFAULT_TOLERANCE, device: str = "cpu",
-               calibrate: bool = True, allow_untrained: bool = False, log: Any = None) -> dict[str, Any]:
+               calibrate: bool = True, allow_untrained: bool = False, log_model: bool = False,
+               log: Any = None) -> dict[str, Any]:
     """Export a run; see :func:`dmlplug.export`. Returns the written ``bundle.json`` as a dict.
 
     ``allow_untrained`` exports a checkpoint written before any training step (refused otherwise, see
-    :func:`refuse_untrained`); ``log`` prints progress (stderr by default).
+    :func:`refuse_untrained`); ``log_model`` asks the plugins to log the written bundle as a model
+    (:func:`~dmlplug.bundle.exported.announce_export`); ``log`` prints progress (stderr by default).
     """
     if format not in MODEL_FILES:
         raise BundleError(f"unknown export format {format!r}", fix=f"use one of {', '.join(MODEL_FILES)}")
@@ -92,6 +94,10 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "best"
             "verification": verification,
         }
         write_json(folder / MANIFEST, manifest)
+    # Only now that the folder is complete: a plugin that fails cannot cost the user the bundle.
+    from dmlplug.bundle.exported import announce_export
+
+    announce_export(Path(out), manifest, loaded.run_dir, log_model=log_model, say=say)
     return manifest
 
 

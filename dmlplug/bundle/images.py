@@ -40,11 +40,15 @@ class LoadedBatch:
     failures: list[Unreadable] = field(default_factory=list)
 
 
-def list_images(folder: str | Path) -> list[str]:
+def list_images(folder: str | Path, *, what: str = "folder") -> list[str]:
     """Every image file under ``folder`` (recursively), sorted by path.
 
     Hidden files and folders are left out (macOS ``._*`` forks, ``.git``). Sorting the full paths makes the
     order, and so the rows of an embedding file or an index, independent of the file system.
+
+    Args:
+        folder: The folder.
+        what: What the folder is, for messages ("query folder").
 
     Raises:
         BundleError: ``folder`` is not a folder, or holds no image.
@@ -58,8 +62,8 @@ def list_images(folder: str | Path) -> list[str]:
         found.extend(os.path.join(directory, f) for f in files
                      if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS))
     if not found:
-        raise BundleError(f"no image file under {root}", where=str(root),
-                          fix=f"put images ({', '.join(IMAGE_EXTENSIONS)}) in the folder")
+        raise BundleError(f"no image file under the {what} {root} (searched recursively)", where=str(root),
+                          fix=f"put images ({', '.join(IMAGE_EXTENSIONS)}) in the {what}")
     return sorted(found)
 
 

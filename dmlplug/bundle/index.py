@@ -67,11 +67,15 @@ class MemoryGallery:
 
 
 class ExactIndex:
-    """Exact inner-product search over unit-length embeddings; a row's label is its position.
+    """Exact inner-product search over unit-length embeddings.
+
+    Like a coded index, it labels every item (its id) when it is added and never reuses a label: ``paths`` is
+    the path of each label, ``None`` where an item was removed, and the rows of ``embeddings`` are the live
+    labels in increasing order (:attr:`labels`).
 
     Args:
-        embeddings: ``N×D`` float32.
-        paths: The path of each row.
+        embeddings: ``N×D`` float32, one row per live label.
+        paths: The path of each label (``None``: removed); as many strings as rows.
         info: Provenance and parameters (``index.json`` keys such as ``model_sha256``).
         codec: The name of the codec that built it.
     """
@@ -79,10 +83,14 @@ class ExactIndex:
     kind = "exact"
     removable = keeps_floats = True
 
-    def __init__(self, embeddings: np.ndarray, paths: Sequence[str], info: dict[str, Any] | None = None,
+    def __init__(self, embeddings: np.ndarray, paths: Sequence[str | None], info: dict[str, Any] | None = None,
                  codec: str = EXACT_CODEC):
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.paths: list[str | None] = list(paths)
+        #: The label of each row of ``embeddings``, increasing.
+        self.labels = np.array([label for label, path in enumerate(self.paths) if path is not None], dtype=np.int64)
+        if len(self.labels) != len(self.embeddings):
+            raise ValueError(f"{len(self.embeddings)} vectors for {len(self.labels)} paths")
         self.dim = int(self.embeddings.shape[1])
         self.info: dict[str, Any] = dict(info or {})
         self.codec = codec
@@ -100,33 +108,40 @@ class ExactIndex:
         return len(self.embeddings)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(similarities Q×k, rows Q×k)``, most similar first (``k`` is capped at the gallery size)."""
+        """``(similarities Q×k, labels Q×k)``, most similar first (``k`` is capped at the gallery size)."""
         k = min(k, self.size)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         faiss = faiss_module()
         if faiss is not None:  # searches the array itself: an IndexFlatIP would hold a second copy of the vectors
             sims, rows = faiss.knn(queries, self.embeddings, k, metric=faiss.METRIC_INNER_PRODUCT)
-            return sims, rows
-        import torch
+        else:
+            import torch
 
-        sims = torch.from_numpy(queries) @ torch.from_numpy(self.embeddings).T
-        values, rows = torch.topk(sims, k, dim=1)
-        return values.numpy(), rows.numpy().astype(np.int64)
+            values, found = torch.topk(torch.from_numpy(queries) @ torch.from_numpy(self.embeddings).T, k, dim=1)
+            sims, rows = values.numpy(), found.numpy().astype(np.int64)
+        return sims, np.where(rows >= 0, self.labels[np.maximum(rows, 0)], -1)
 
     def add(self, vectors: np.ndarray, paths: Sequence[str]) -> None:
-        """Append rows."""
+        """Append items under new labels (after every label used so far)."""
         self.embeddings = np.concatenate([self.embeddings, np.asarray(vectors, dtype=np.float32)])
+        self.labels = np.concatenate([self.labels, np.arange(len(self.paths), len(self.paths) + len(paths))])
         self.paths += list(paths)
 
     def remove(self, labels: np.ndarray) -> None:
-        """Delete the rows ``labels`` (the later rows move up: labels are positions)."""
-        self.embeddings = np.delete(self.embeddings, labels, axis=0)
-        gone = set(np.asarray(labels).tolist())
-        self.paths = [p for i, p in enumerate(self.paths) if i not in gone]
+        """Delete the items ``labels``; their labels are not reused."""
+        rows = self._rows(labels)
+        self.embeddings = np.delete(self.embeddings, rows, axis=0)
+        self.labels = np.delete(self.labels, rows)
+        for label in np.asarray(labels).tolist():
+            self.paths[label] = None
 
     def reconstruct(self, labels: np.ndarray) -> np.ndarray:
         """The float32 vectors of ``labels``."""
-        return self.embeddings[np.asarray(labels, dtype=np.int64)]
+        return self.embeddings[self._rows(labels)]
+
+    def _rows(self, labels: np.ndarray) -> np.ndarray:
+        """The rows of live ``labels`` (``labels`` is sorted, so a binary search finds them)."""
+        return np.searchsorted(self.labels, np.asarray(labels, dtype=np.int64))
 
     def sizes(self) -> tuple[int, int]:
         """``(bytes in memory, bytes on disk)``: the vectors, both (the files' few header bytes aside)."""

@@ -3,7 +3,8 @@
 An index folder holds ``index.json`` (kind, codec, storage, size, dimension, parameters, measured recall and
 bytes per vector in memory and on disk, the sha256 of the bundle model and of the checkpoint that built it, the
 model's embedding of a fixed probe input, and the size and sha256 of every data file), ``paths.json`` (the path
-of each label, ``null`` where an item was removed) and the data files: ``index.faiss`` or ``embeddings.pt`` for
+of each label, i.e. of each item's id, relative to the gallery ``root`` when index.json records one, ``null``
+where an item was removed) and the data files: ``index.faiss`` or ``embeddings.pt`` for
 the exact index, what its codec writes for the others (``index.faiss`` first). :func:`read_index` checks each
 file against ``index.json`` and the loaded index against its size and dimension, so a damaged, truncated or
 swapped file is one clear :class:`~dmlplug.bundle.errors.BundleError` rather than a faiss or torch crash.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dmlplug.bundle.atomic import recover_folder
 from dmlplug.bundle.codec_spec import EXACT_CODEC, recorded_codec
 from dmlplug.bundle.errors import BundleError, faiss_module
 from dmlplug.bundle.index import CodedIndex, ExactIndex
@@ -78,13 +80,14 @@ def read_index(folder: str | Path, registry: Registry | None = None) -> ExactInd
             faiss is not installed.
     """
     folder = Path(folder)
+    recover_folder(folder)  # a writer killed mid-swap, where the atomic exchange is missing (atomic.py)
     meta = _read_json(folder / INDEX_FILE, f"{folder} is not a readable index folder")
     _check_layout(meta, folder)
     files = meta.get("files") or {}  # indexes written before dmlplug recorded sizes and digests: not checked
     paths = _read_json(folder / PATHS_FILE, f"the paths file of index {folder} is not readable",
                        files.get(PATHS_FILE))
     exact = meta["kind"] == EXACT_KIND
-    if (not isinstance(paths, list) or not all(isinstance(p, str) or (not exact and p is None) for p in paths)
+    if (not isinstance(paths, list) or not all(isinstance(p, str) or p is None for p in paths)
             or sum(p is not None for p in paths) != meta["size"]):
         raise BundleError(f"{folder / PATHS_FILE} does not list the {meta['size']} image paths index.json records",
                           where=str(folder / PATHS_FILE), fix=REBUILD)
@@ -121,23 +124,33 @@ def check_built_by(index: Any, bundle: Any) -> None:
     info = getattr(index, "info", {}) or {}
     if not any(key in info for key in ("model_sha256", "probe", "checkpoint_sha256")):
         return
-    if info.get("model_sha256") == bundle.model_sha256:
+    why = other_model(info, bundle)
+    if why is None:
         return
     where = getattr(index, "folder", None) or "the index"
-    if info.get("probe") is not None:
-        recorded = np.asarray(info["probe"], dtype=np.float64)
-        ours = bundle.probe()
-        gap = float(np.abs(recorded - ours).max()) if recorded.shape == ours.shape else float("inf")
-        if gap <= PROBE_TOLERANCE:
-            return
-        why = f"the bundle embeds the index's probe input {gap:.3g} away from the model that built it"
-    elif info.get("checkpoint_sha256") == bundle.manifest["source"]["checkpoint_sha256"]:
-        return
-    else:
-        why = "it records another model and another checkpoint"
     raise BundleError(f"the index {where} was built by another model than the bundle {bundle.path} loads ({why}); "
                       "its vectors are not comparable with the bundle's", where=str(where),
                       fix=f"build the index with this bundle: dmlplug index {bundle.path} IMAGES_DIR --out INDEX_DIR")
+
+
+def other_model(recorded: dict[str, Any], bundle: Any) -> str | None:
+    """Why the model ``recorded`` names (``model_sha256``, ``probe``, ``checkpoint_sha256``) is not ``bundle``'s.
+
+    ``None`` when it is the bundle's: the same model file, else the same probe embedding within
+    :data:`PROBE_TOLERANCE` (the model runs only then), else, without a probe, the same checkpoint.
+    """
+    if recorded.get("model_sha256") == bundle.model_sha256:
+        return None
+    if recorded.get("probe") is not None:
+        theirs = np.asarray(recorded["probe"], dtype=np.float64)
+        ours = bundle.probe()
+        gap = float(np.abs(theirs - ours).max()) if theirs.shape == ours.shape else float("inf")
+        if gap <= PROBE_TOLERANCE:
+            return None
+        return f"the bundle embeds the probe input {gap:.3g} away from the model that recorded it"
+    if recorded.get("checkpoint_sha256") == bundle.manifest["source"]["checkpoint_sha256"]:
+        return None
+    return "it records another model and another checkpoint"
 
 
 def _read_json(path: Path, problem: str, record: dict[str, Any] | None = None) -> Any:
@@ -184,7 +197,7 @@ def _mismatch(data: Path, found: str, meta: dict[str, Any]) -> BundleError:
                        f"{meta['dim']}-d vectors", where=str(data), fix=REBUILD)
 
 
-def _load_torch(data: Path, meta: dict[str, Any], paths: list[str], info: dict[str, Any]) -> ExactIndex:
+def _load_torch(data: Path, meta: dict[str, Any], paths: list[str | None], info: dict[str, Any]) -> ExactIndex:
     import torch
 
     try:
@@ -205,8 +218,7 @@ def _load_exact(data: Path, meta: dict[str, Any], paths: list[str | None], info:
     if (not isinstance(stored, faiss.IndexFlat) or stored.ntotal != meta["size"] or stored.d != meta["dim"]
             or stored.metric_type != faiss.METRIC_INNER_PRODUCT):
         raise _mismatch(data, f"a {type(stored).__name__} of {stored.ntotal} {stored.d}-d vectors", meta)
-    return ExactIndex(stored.reconstruct_n(0, stored.ntotal), [p for p in paths if p is not None], info,
-                      codec=meta["codec"])
+    return ExactIndex(stored.reconstruct_n(0, stored.ntotal), paths, info, codec=meta["codec"])
 
 
 def _load_coded(codec: Any, folder: Path, meta: dict[str, Any]) -> Any:

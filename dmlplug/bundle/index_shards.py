@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dmlplug.bundle.gallery_paths import absolute_paths, stored_paths
 from dmlplug.bundle.shards import SHARD_MANIFEST, ShardSet, open_shards
 
 
@@ -26,6 +27,8 @@ class ShardGallery:
         size: Rows in all shards.
         dim: The embedding size.
         model_sha256: The bundle model that embedded them.
+        root: The absolute image folder the manifest records (``None`` when it records none): an index of the
+            shards records it as its gallery root.
     """
 
     def __init__(self, shards: ShardSet):
@@ -33,12 +36,23 @@ class ShardGallery:
         self.manifest = shards.folder / SHARD_MANIFEST
         self.size, self.dim, self.model_sha256 = shards.total, shards.embedding_size, shards.model_sha256
         self._rows = [int(entry["rows"]) for entry in shards.manifest["shards"]]
+        given, root = shards.manifest.get("image_root"), shards.manifest.get("image_root_absolute")
+        self._given: str | None = str(given) if given and root else None
+        self.root: str | None = str(root) if given and root else None
+
+    def files(self, paths: list[str]) -> list[str]:
+        """The absolute files of a shard's ``paths`` (relative to the working directory of the embedding)."""
+        return absolute_paths(paths, self._given, self.root)
 
     def chunks(self) -> Iterator[tuple[int, np.ndarray, list[str]]]:
-        """``(first row, vectors, paths)`` of each shard in turn (only one is in memory at a time)."""
+        """``(first row, vectors, paths)`` of each shard in turn (only one is in memory at a time).
+
+        The paths are those an index rooted at :attr:`root` stores (as written when the manifest has no root).
+        """
         start = 0
         for shard in self.shards:
-            yield start, np.ascontiguousarray(shard.embeddings, dtype=np.float32), shard.paths
+            names = shard.paths if self.root is None else stored_paths(self.root, self.files(shard.paths))
+            yield start, np.ascontiguousarray(shard.embeddings, dtype=np.float32), names
             start += len(shard.paths)
 
     def take(self, rows: np.ndarray) -> np.ndarray:

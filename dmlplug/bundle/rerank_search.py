@@ -23,11 +23,11 @@ from dmlplug.evaluation.rerank_spec import RerankSpec
 RERANKABLE = "--codec float32 (the default), ivf, hnsw or binary (its default rescore_from=disk)"
 
 
-def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
-    """The float32 vectors of ``index`` by label (``L×D``; rows of removed items are zero and never returned).
+def check_rerankable(index: Any, spec: RerankSpec) -> None:
+    """Refuse (cheaply, before any query is embedded) an index that keeps no float32 vectors to re-rank with.
 
     Raises:
-        BundleError: The index keeps no float32 vectors (its codec's ``keeps_floats`` is false).
+        BundleError: The index's codec keeps only compressed codes (``keeps_floats`` is false).
     """
     if not getattr(index, "keeps_floats", False):
         where = str(getattr(index, "folder", None) or "the index")
@@ -35,6 +35,15 @@ def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
             f"--rerank {spec.name} needs the gallery's float32 vectors, and this index (codec "
             f"{getattr(index, 'codec', '?')}) keeps only compressed codes", where=where,
             fix=f"search without --rerank, or rebuild the index as one that re-ranks: {RERANKABLE}")
+
+
+def gallery_vectors(index: Any, spec: RerankSpec) -> np.ndarray:
+    """The float32 vectors of ``index`` by label (``L×D``; rows of removed items are zero and never returned).
+
+    Raises:
+        BundleError: The index keeps no float32 vectors (its codec's ``keeps_floats`` is false).
+    """
+    check_rerankable(index, spec)
     live = np.array([label for label, path in enumerate(index.paths) if path is not None], dtype=np.int64)
     gallery = np.zeros((len(index.paths), int(index.dim)), dtype=np.float32)
     if len(live):

@@ -56,13 +56,17 @@ class TorchRunner:
 class OnnxRunner:
     """Runs ``model.onnx`` with ONNX Runtime (CUDA provider when ``device`` is a GPU and it is available)."""
 
-    def __init__(self, path: str | Path, device: str = "cpu"):
+    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None):
         import onnxruntime as ort
 
         providers = ["CPUExecutionProvider"]
         if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")
-        self.session = ort.InferenceSession(str(path), providers=providers)
+        options = ort.SessionOptions()
+        if threads is not None:  # e.g. a server's workers sharing the cores; by default every core
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
 
     def __call__(self, batch: torch.Tensor) -> np.ndarray:
         """Embed one preprocessed batch."""
@@ -71,7 +75,7 @@ class OnnxRunner:
 
 
 def load_model(path: Path, format: str, device: str, *, input_size: Sequence[int],
-               embedding_size: int) -> OnnxRunner | TorchRunner:
+               embedding_size: int, threads: int | None = None) -> OnnxRunner | TorchRunner:
     """A runner for a bundle's model file, checked against the sizes ``bundle.json`` records.
 
     Args:
@@ -80,6 +84,7 @@ def load_model(path: Path, format: str, device: str, *, input_size: Sequence[int
         device: Where it runs.
         input_size: ``[3, H, W]`` from bundle.json.
         embedding_size: ``D`` from bundle.json.
+        threads: ONNX Runtime's intra-op threads (``None``: its default); TorchScript runs on torch's threads.
 
     Raises:
         BundleError: The runtime cannot load the file, or the ONNX graph's input or output shape is not the
@@ -87,7 +92,7 @@ def load_model(path: Path, format: str, device: str, *, input_size: Sequence[int
     """
     runtime = "ONNX Runtime" if format == "onnx" else "torch.jit"
     try:
-        runner = OnnxRunner(path, device) if format == "onnx" else load_torchscript(path, device)
+        runner = OnnxRunner(path, device, threads) if format == "onnx" else load_torchscript(path, device)
     except Exception as exc:  # ONNX Runtime and torch.jit raise their own exception types for a file they reject
         message = (str(exc).strip().splitlines() or [""])[-1]
         raise BundleError(f"the bundle's model file {path} cannot be loaded by {runtime}: {type(exc).__name__}: "

@@ -52,18 +52,21 @@ def cmd_export(
     allow_untrained: Annotated[bool, typer.Option("--allow-untrained", help="Export a checkpoint written before "
                                                   "any training step (a best epoch 0), e.g. as a baseline.")]
     = False,
+    log_model: Annotated[bool, typer.Option("--log-model/--no-log-model", help="Once the bundle is written, log it "
+                                            "as a model to the run's experiment tracker (a run trained with the "
+                                            "mlflow logger: its MLflow run; docs/monitoring.md).")] = False,
 ) -> None:
     """Export a trained run as a bundle: model.onnx or model.pt, and bundle.json (preprocessing, thresholds).
 
     The exported model is compared with PyTorch on test images; the export fails, writing nothing, when the
     embeddings differ by more than --tolerance. A checkpoint of the untrained model is refused without
-    --allow-untrained.
+    --allow-untrained. With --log-model the written bundle is also logged as a model of the run's MLflow run.
     """
     from dmlplug.bundle.export import export_run
 
     manifest = export_run(run_dir, out, checkpoint=checkpoint, format=format, images=images,
                           tolerance=tolerance, device=device, calibrate=calibrate, allow_untrained=allow_untrained,
-                          log=_say)
+                          log_model=log_model, log=_say)
     check = manifest["verification"]
     lines = [f"bundle written to {out} ({manifest['model']['file']}, {manifest['embedding_size']}-d embeddings)"]
     if check.get("images"):
@@ -156,6 +159,10 @@ def cmd_embed(
 ) -> None:
     """Embed every image under a folder (sorted paths) into an .npz with arrays `embeddings` and `paths`.
 
+    A folder whose images are all in class subfolders also gets `labels` and `class_names`, so that `dmlplug
+    evaluate` reads the .npz; a bundle's .npz records its model (`model_sha256`, `probe`), which `dmlplug index
+    --from-embeddings` checks.
+
     Under torchrun (`torchrun --nproc-per-node N -m dmlplug embed BUNDLE IMAGES --out DIR`), or with --shards,
     each process embeds a disjoint block of the images into DIR/shard-RANK-of-N.npz and rank 0 writes
     DIR/manifest.json once every shard exists; the shards in order equal the single-process .npz.
@@ -172,19 +179,28 @@ def cmd_embed(
                        f"{manifest['world_size']} shards written to {out} (manifest.json)")
         return
     from dmlplug.bundle.bundle import open_embedder
+    from dmlplug.bundle.embedding_file import MIN_CLASSES, embedding_arrays
     from dmlplug.files import atomic_write
 
     embedder = open_embedder(target, device=device, checkpoint=checkpoint)
     embeddings, paths = _embed_folder(embedder, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
-    atomic_write(out, lambda f: np.savez(f, embeddings=embeddings, paths=np.asarray(paths, dtype=str)))
-    typer.echo(f"{len(paths)} embeddings ({embeddings.shape[1]}-d) written to {out}")
+    arrays = embedding_arrays(embedder, embeddings, paths, images_dir)
+    atomic_write(out, lambda f: np.savez(f, **arrays))
+    if "class_names" in arrays:
+        labels = (f"labels of {len(arrays['class_names'])} classes (the subfolders of {images_dir}), for dmlplug "
+                  "evaluate")
+    else:
+        labels = (f"no labels: the images are not all in class subfolders of {images_dir} (at least "
+                  f"{MIN_CLASSES})")
+    typer.echo(f"{len(paths)} embeddings ({embeddings.shape[1]}-d) written to {out}; {labels}")
 
 
 def cmd_search(
     bundle_dir: Annotated[Path, typer.Argument(help="A bundle folder.", show_default=False)],
     index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
-    queries: Annotated[list[Path], typer.Argument(help="Query images.", show_default=False,
-                                                  metavar="QUERY_IMAGE...")],
+    queries: Annotated[list[Path], typer.Argument(help="Query images, or folders of them (every image under a "
+                                                  "folder, recursively, sorted).", show_default=False,
+                                                  metavar="QUERY_IMAGE|QUERY_DIR...")],
     k: Annotated[int, typer.Option("--k", min=1, help="Matches per query.")] = 10,
     threshold: Annotated[float | None, typer.Option("--threshold", help="Accept at this cosine similarity "
                                                     "instead of the bundle's calibrated threshold.")] = None,
@@ -196,27 +212,25 @@ def cmd_search(
         "shortlist=100); docs/reranking.md.",
         show_default=False)] = None,
 ) -> None:
-    """The most similar gallery images for each query, with similarity and accept/reject at the threshold."""
+    """The most similar gallery images for each query, with similarity and accept/reject at the threshold.
+
+    Each match gives the item's id, its file (absolute: openable from any folder) and its path as the index
+    stores it (relative to the gallery root the index records).
+    """
     from dmlplug.bundle.bundle import load_bundle
     from dmlplug.bundle.index_files import read_index
+    from dmlplug.bundle.search import format_results, query_images
     from dmlplug.evaluation.rerank_spec import parse_rerank
     from dmlplug.plugins import get_host
 
     # The re-ranker is resolved in the command's plugin host, before the model loads: a bad spec fails first.
     spec = None if rerank is None else parse_rerank(rerank, where="--rerank", registry=get_host().registry)
+    images = query_images(queries)  # a folder without images fails here, before the model loads
     bundle = load_bundle(bundle_dir, device=device)
     # Checked against the bundle's model by bundle.search, before any query is read.
     index = read_index(index_dir, get_host().registry)
-    results = bundle.search([str(q) for q in queries], index, k=k, threshold=threshold, rerank=spec)
+    results = bundle.search(images, index, k=k, threshold=threshold, rerank=spec)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
         return
-    limit = threshold if threshold is not None else bundle.threshold
-    note = "no calibrated threshold" if limit is None else f"accept at similarity >= {limit:.6f}"
-    lines = [f"({note})"]
-    for result in results:
-        lines.append(f"query {result['query']}:")
-        for rank, match in enumerate(result["matches"], 1):
-            verdict = {True: "accept", False: "reject", None: "-"}[match["accepted"]]
-            lines.append(f"  {rank:>3}  {match['similarity']:.4f}  {verdict:<6}  {match['path']}")
-    typer.echo("\n".join(lines))
+    typer.echo(format_results(results, threshold if threshold is not None else bundle.threshold))

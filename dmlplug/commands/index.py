@@ -7,6 +7,7 @@ imported here: numpy, faiss and torch come with the command that runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,10 +16,9 @@ import typer
 from dmlplug.commands.bundle import BatchSize, Device, Quiet, Strict, _embed_folder, _say
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from dmlplug.bundle.bundle import Bundle
     from dmlplug.bundle.index_shards import ShardGallery
+    from dmlplug.bundle.index_sources import GallerySource
 
 
 def cmd_index(
@@ -26,7 +26,8 @@ def cmd_index(
     out: Annotated[Path, typer.Option("--out", help="The index folder to create (new or empty).",
                                       show_default=False)],
     images_dir: Annotated[Path | None, typer.Argument(help="Gallery folder (searched recursively); leave it out "
-                                                      "with --from-shards.", show_default=False)] = None,
+                                                      "with --from-shards or --from-embeddings.",
+                                                      show_default=False)] = None,
     codec: Annotated[str | None, typer.Option("--codec", metavar="NAME[:KEY=VALUE,...]", help="A registered index "
                                               "codec and its parameters (dmlplug list index_codecs --params): "
                                               "float32 (exact, the default), float16, int8, binary (sign bits in "
@@ -38,6 +39,10 @@ def cmd_index(
     from_shards: Annotated[Path | None, typer.Option("--from-shards", help="Index the shards of a sharded "
                                                      "embedding (its manifest.json, or its folder) instead of "
                                                      "images.", show_default=False)] = None,
+    from_embeddings: Annotated[Path | None, typer.Option("--from-embeddings", help="Index the vectors of an .npz "
+                                                         "of `dmlplug embed` with this bundle (checked by the model "
+                                                         "it records) instead of embedding the images again.",
+                                                         show_default=False, metavar="EMB.npz")] = None,
     approximate: Annotated[str | None, typer.Option("--approximate", help="ivf or hnsw: the same as --codec.")]
     = None,
     k: Annotated[int, typer.Option("--k", min=1, help="A further k of the reported recall@k (1 and 10 always).")]
@@ -56,16 +61,17 @@ def cmd_index(
                                                   "searching the graph (default max(64, 2k)).")] = None,
     batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
 ) -> None:
-    """Index a gallery folder or a sharded embedding: exact search, or a compressed / approximate --codec.
+    """Index a gallery folder, an .npz of `dmlplug embed` or a sharded embedding: exact, or a compressed --codec.
 
     Every index records its bytes per vector in memory and on disk and its recall@1 and @10 against exact search,
-    measured on gallery images held out of it while it is built.
+    measured on gallery images held out of it while it is built; and its gallery root, the folder its items' paths
+    are relative to.
     """
     from dmlplug.bundle.atomic import atomic_folder, check_destination
-    from dmlplug.bundle.bundle import load_bundle
     from dmlplug.bundle.codec_spec import EXACT_CODEC, budget_codecs, pick_codec
     from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index import Gallery, MemoryGallery, build_from
+    from dmlplug.bundle.gallery_paths import ROOT_KEY
+    from dmlplug.bundle.index import build_from
     from dmlplug.bundle.index_budget import choose, format_table, parse_budget
     from dmlplug.bundle.index_files import save_index
     from dmlplug.plugins import get_host
@@ -75,34 +81,30 @@ def cmd_index(
     if budget is not None and (codec or approximate) is not None:
         raise BundleError("--budget chooses the codec: give --budget or --codec, not both", fix="leave one out")
     limit = parse_budget(budget) if budget is not None else None
-    if (images_dir is None) == (from_shards is None):
-        raise BundleError("index needs a gallery: an IMAGES_DIR or --from-shards MANIFEST, exactly one",
-                          fix="dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR, or dmlplug index BUNDLE_DIR "
-                          "--from-shards SHARDS_DIR --out INDEX_DIR")
-    given = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "pq_nbits": pq_nbits, "rescore": rescore,
-             "ef_search": ef_search}
+    if sum(given is not None for given in (images_dir, from_shards, from_embeddings)) != 1:
+        raise BundleError("index needs a gallery: an IMAGES_DIR, --from-shards MANIFEST or --from-embeddings EMB.npz, "
+                          "exactly one", fix="dmlplug index BUNDLE_DIR IMAGES_DIR --out INDEX_DIR, or dmlplug index "
+                          "BUNDLE_DIR --from-shards SHARDS_DIR (or --from-embeddings EMB.npz) --out INDEX_DIR")
+    fields = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "pq_nbits": pq_nbits, "rescore": rescore,
+              "ef_search": ef_search}
     registry = get_host().registry
-    candidates = budget_codecs(registry, **given) if limit is not None else \
+    candidates = budget_codecs(registry, **fields) if limit is not None else \
         [pick_codec(codec or approximate or EXACT_CODEC, registry,
-                    where="--approximate" if approximate and not codec else "--codec", **given)]
+                    where="--approximate" if approximate and not codec else "--codec", **fields)]
     check_destination(out, "index")
-    bundle = load_bundle(bundle_dir, device=device)
-    for candidate in candidates:  # a parameter impossible for the embedding size, before anything is embedded
-        candidate.component.plan(1, bundle.embedding_size, k)
-    gallery: Gallery
-    if from_shards is not None:
-        gallery = _shards_of(bundle, from_shards)
-    else:
-        assert images_dir is not None
-        gallery = MemoryGallery(*_embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict,
-                                               quiet=quiet))
+    source = _gallery_source(bundle_dir, device, images_dir=images_dir, from_shards=from_shards,
+                             from_embeddings=from_embeddings, batch_size=batch_size, strict=strict, quiet=quiet,
+                             check=lambda size: [c.component.plan(1, size, k) for c in candidates])
+    gallery = source.gallery
     table = None
     if limit is not None:
         index, table = choose(gallery, limit, candidates, k=k)
     else:
         index = build_from(gallery, candidates[0], k=k)
+    if source.root is not None:
+        index.info[ROOT_KEY] = source.root
     with atomic_folder(out, "index") as folder:
-        save_index(index, folder, bundle.built_by())
+        save_index(index, folder, source.built_by)
     if table is not None:
         _say(f"budget {limit.text if limit else ''}: {index.codec}, the most accurate codec that fits in memory "
              f"(recall measured on held-out gallery images):\n{format_table(table, index.codec)}")
@@ -125,6 +127,34 @@ def _describe(info: dict[str, object]) -> str:
     return text + ")"
 
 
+def _gallery_source(bundle_dir: Path, device: str, *, images_dir: Path | None, from_shards: Path | None,
+                    from_embeddings: Path | None, batch_size: int, strict: bool, quiet: bool,
+                    check: Callable[[int], object]) -> GallerySource:
+    """The gallery ``dmlplug index`` builds from, its root and model record.
+
+    ``check(embedding size)`` runs first: a codec parameter impossible for the embedding size fails before
+    anything is embedded or read.
+    """
+    import os
+
+    from dmlplug.bundle.bundle import load_bundle
+    from dmlplug.bundle.index import MemoryGallery
+    from dmlplug.bundle.index_sources import GallerySource, embeddings_source
+
+    if from_embeddings is not None:  # the model loads only when the .npz records another model file
+        return embeddings_source(bundle_dir, from_embeddings, device=device, check_size=check)
+    bundle = load_bundle(bundle_dir, device=device)
+    check(bundle.embedding_size)
+    if from_shards is not None:
+        shards = _shards_of(bundle, from_shards)
+        return GallerySource(shards, shards.root, bundle.built_by())
+    assert images_dir is not None
+    embeddings, paths = _embed_folder(bundle, images_dir, batch_size=batch_size, strict=strict, quiet=quiet)
+    root = os.path.abspath(images_dir)
+    return GallerySource(MemoryGallery(embeddings, [os.path.relpath(p, images_dir) for p in paths]), root,
+                         bundle.built_by())
+
+
 def _shards_of(bundle: Bundle, source: Path) -> ShardGallery:
     """The shards of ``source``, checked to be embedded by ``bundle``'s model."""
     from dmlplug.bundle.index_shards import shard_gallery
@@ -142,9 +172,16 @@ def cmd_index_add(
                                            metavar="IMAGES_DIR|EMB.npz|SHARDS")],
     batch_size: BatchSize = 64, device: Device = "cpu", strict: Strict = False, quiet: Quiet = False,
 ) -> None:
-    """Add images to an index without rebuilding it (its quantiser is kept); the folder is replaced atomically."""
+    """Add images to an index without rebuilding it (its quantiser is kept); the folder is replaced atomically.
+
+    The new items get new ids; their paths are stored relative to the index's gallery root (absolute when
+    outside it).
+    """
+    import os
+
     from dmlplug.bundle.bundle import load_bundle
-    from dmlplug.bundle.index_edit import add_items, rewrite
+    from dmlplug.bundle.embedding_file import check_embedded_by, read_embedding_file
+    from dmlplug.bundle.index_edit import add_files, rewrite
     from dmlplug.bundle.index_files import check_built_by, read_index
     from dmlplug.bundle.index_shards import is_sharded
     from dmlplug.plugins import get_host
@@ -154,67 +191,39 @@ def cmd_index_add(
     check_built_by(index, bundle)
     before = index.size
     if is_sharded(source):
-        for _, vectors, paths in _shards_of(bundle, source).chunks():
-            add_items(index, vectors, paths)
+        shards = _shards_of(bundle, source)
+        for shard in shards.shards:
+            add_files(index, shard.embeddings, shards.files(shard.paths))
     elif source.is_file():
-        add_items(index, *_embedded_by(bundle, source))
+        embedded = read_embedding_file(source, bundle_path=bundle.path)
+        check_embedded_by(embedded, bundle)
+        add_files(index, embedded.embeddings, embedded.files)
     else:
-        add_items(index, *_embed_folder(bundle, source, batch_size=batch_size, strict=strict, quiet=quiet))
+        vectors, paths = _embed_folder(bundle, source, batch_size=batch_size, strict=strict, quiet=quiet)
+        add_files(index, vectors, [os.path.abspath(p) for p in paths])
     rewrite(index, index_dir)
     typer.echo(f"{index.size - before} images added to {index_dir}: {index.size} in all")
 
 
-def _embedded_by(bundle: Bundle, npz: Path) -> tuple[np.ndarray, list[str]]:
-    """``(embeddings, paths)`` of an .npz of ``dmlplug embed``, checked to come from ``bundle``'s model.
-
-    An .npz that records ``model_sha256`` is checked by it; one that does not is checked by embedding its
-    first image again, which must give its first vector (within the index probe's tolerance).
-    """
-    import numpy as np
-
-    from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index_files import PROBE_TOLERANCE
-
-    fix = f"embed the images with this bundle: dmlplug embed {bundle.path} IMAGES_DIR --out EMB.npz"
-    try:
-        with np.load(npz) as data:
-            vectors, paths = np.asarray(data["embeddings"], dtype=np.float32), [str(p) for p in data["paths"]]
-            recorded = data["model_sha256"].item() if "model_sha256" in data.files else None
-    except (OSError, ValueError, KeyError) as exc:
-        raise BundleError(f"{npz} is not an .npz of dmlplug embed (embeddings, paths): {exc}", where=str(npz),
-                          fix=fix) from None
-    if recorded is not None and recorded != bundle.model_sha256:
-        raise BundleError(f"{npz} was embedded by another model (sha256 {str(recorded)[:16]}…) than the bundle "
-                          f"{bundle.path} loads", where=str(npz), fix=fix)
-    if recorded is None and len(paths):
-        try:
-            again = bundle.embed([paths[0]])[0]
-        except Exception as exc:  # an image moved or unreadable: the origin cannot be checked
-            raise BundleError(f"{npz} records no model and its first image {paths[0]} cannot be embedded again to "
-                              f"check which model embedded it ({exc})", where=str(npz), fix=fix) from None
-        gap = float(np.abs(again - vectors[0]).max()) if vectors.ndim == 2 and len(vectors[0]) == len(again) else 1.0
-        if gap > PROBE_TOLERANCE:
-            raise BundleError(f"{npz} was embedded by another model than the bundle {bundle.path} loads: the bundle "
-                              f"embeds its first image {paths[0]} {gap:.3g} away from its vector", where=str(npz),
-                              fix=fix)
-    return vectors, paths
-
-
 def cmd_index_remove(
     index_dir: Annotated[Path, typer.Argument(help="An index folder from `dmlplug index`.", show_default=False)],
-    paths_file: Annotated[Path, typer.Argument(help="A text file of the image paths to remove, one per line.",
-                                               show_default=False)],
+    paths_file: Annotated[Path, typer.Argument(help="A text file of the items to remove, one per line: a path as "
+                                               "the index stores it, the image file (absolute or relative to "
+                                               "here), or an id of `dmlplug search`.", show_default=False)],
 ) -> None:
     """Remove images from an index without rebuilding it; the folder is replaced atomically."""
     from dmlplug.bundle.errors import BundleError
-    from dmlplug.bundle.index_edit import edit_folder
+    from dmlplug.bundle.index_edit import remove_items, rewrite
+    from dmlplug.bundle.index_files import read_index
     from dmlplug.plugins import get_host
 
     try:
         lines = paths_file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"cannot read the paths to remove from {paths_file}: {exc}", where=str(paths_file),
-                          fix="give a text file with one image path per line") from None
-    paths = [line.strip() for line in lines if line.strip()]
-    index = edit_folder(index_dir, get_host().registry, remove=paths)
-    typer.echo(f"{len(set(paths))} images removed from {index_dir}: {index.size} left")
+                          fix="give a text file with one image path (or id) per line") from None
+    items = [line.strip() for line in lines if line.strip()]
+    index = read_index(index_dir, get_host().registry)
+    removed = remove_items(index, items)
+    rewrite(index, index_dir)
+    typer.echo(f"{len(removed)} images removed from {index_dir}: {index.size} left")

@@ -110,6 +110,11 @@ def load_npz(path: str | Path) -> dict[str, Any]:
         raise DataError(f"cannot read {str(path)!r} as an .npz file ({type(exc).__name__}: {exc})",
                         where=str(path), fix=fix) from None
     with data:
+        if "labels" not in names and "paths" in names:  # an .npz of `dmlplug embed` of a folder without classes
+            raise DataError(f"{str(path)!r} has no 'labels' array: it was written by `dmlplug embed` of a folder "
+                            "whose images are not all in class subfolders (at least two), so no image has a class",
+                            where=str(path), fix="embed a folder with one subfolder per class (FOLDER/CLASS/IMAGE): "
+                            "dmlplug embed BUNDLE_DIR FOLDER --out EMB.npz; or add labels: " + NPZ_FIX)
         for key in ("embeddings", "labels"):
             if key not in names:
                 raise DataError(f"{str(path)!r} has no {key!r} array (it has: {', '.join(sorted(names)) or 'nothing'})",

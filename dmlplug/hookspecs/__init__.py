@@ -14,7 +14,7 @@ Registration hooks (``register_<kind>``) take one argument, the host-owned ``reg
 and what it returns is checked against the kind's Protocol (:data:`dmlplug.protocols.KIND_PROTOCOLS`).
 
 Lifecycle hooks are notifications: they return nothing and are called on every registered plugin and
-on the loggers of the current run.
+on the loggers of the current run (``on_bundle_exported``, called after ``dmlplug export``, returns a line to print).
 
 The hooks are defined in :mod:`dmlplug.hookspecs.registration` (``register_<kind>``) and
 :mod:`dmlplug.hookspecs.lifecycle` (the command line, the run's lifecycle, reports); this package is what the
@@ -24,6 +24,7 @@ plugin manager reads, and ``__all__`` lists every hook in the order of docs/hook
 from __future__ import annotations
 
 from dmlplug.hookspecs.lifecycle import (
+    on_bundle_exported,
     on_checkpoint,
     on_epoch_start,
     on_eval_end,
@@ -84,6 +85,7 @@ __all__ = [
     "on_checkpoint",
     "on_run_end",
     "validate_file",
+    "on_bundle_exported",
     "report_section",
     "hookspec",
 ]

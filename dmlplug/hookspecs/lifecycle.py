@@ -1,7 +1,7 @@
 """The hooks of the command line, of a run's lifecycle and of reports.
 
-``register_commands`` and ``validate_file`` (the command line), ``on_*`` (a run's lifecycle) and
-``report_section`` (``dmlplug report``).
+``register_commands`` and ``validate_file`` (the command line), ``on_*`` (a run's lifecycle; ``on_bundle_exported``
+after ``dmlplug export``) and ``report_section`` (``dmlplug report``).
 """
 
 from __future__ import annotations
@@ -141,6 +141,39 @@ def on_run_end(run: RunView, status: str, error: BaseException | None) -> None:
         @hookimpl
         def on_run_end(run, status, error):
             print("run", status)
+    """
+
+
+@hookspec
+def on_bundle_exported(bundle: Path, manifest: Mapping[str, Any], run_dir: Path | None, log_model: bool) -> str | None:
+    """Called by ``dmlplug export`` (and :func:`dmlplug.export`) after a bundle was written and verified.
+
+    Called on every plugin, one at a time (not on a run's loggers: no run is running). The bundle is complete
+    when the hook is called and stays whatever the hook does; a plugin that fails raises a
+    :class:`~dmlplug.errors.DmlplugError` (what, where, fix), which ``dmlplug export`` reports after saying that the
+    bundle was written. The built-in ``mlflow`` logger implements it: with ``log_model`` it logs the bundle as a
+    model of the run's MLflow run (docs/monitoring.md).
+
+    Args:
+        bundle: The bundle folder (``bundle.json``, the model file); read it, never change it.
+        manifest: ``bundle.json`` as a read-only mapping (model format, embedding size, source run …).
+        run_dir: The exported run's directory, or ``None`` when a checkpoint file outside a run was exported.
+        log_model: The user asked (``dmlplug export --log-model``) for the bundle to be logged as a model to the
+            experiment trackers of the run; a plugin logs nothing when it is ``False``.
+
+    Returns:
+        One line saying what the plugin did with the bundle (printed by ``dmlplug export``), e.g. where it logged
+        the model, or ``None`` when it did nothing. With ``log_model``, an export on which every plugin returned
+        ``None`` fails: nothing logged the model the user asked for.
+
+    Example::
+
+        @hookimpl
+        def on_bundle_exported(bundle, manifest, run_dir, log_model):
+            if not log_model or run_dir is None:
+                return None
+            uri = my_tracker.upload(bundle, run=my_tracker.run_of(run_dir))
+            return f"my-tracker: logged the bundle as {uri}"
     """
 
 

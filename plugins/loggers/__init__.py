@@ -4,13 +4,16 @@ This module holds their parameters, factories and registration and stays torch-f
 implementations live beside it (:mod:`.console`, :mod:`.tensorboard_logger`, :mod:`.record_keeper_logger`,
 :mod:`.mlflow_logger`, :mod:`.wandb_logger`) and are imported by the factories. Every logger reads the run
 only through the :class:`dmlplug.protocols.RunView` its hooks receive. TensorBoard tags are a public interface
-(docs/monitoring.md): add tags, never rename them.
+(docs/monitoring.md): add tags, never rename them. ``on_bundle_exported`` logs a bundle of a run the mlflow logger
+tracked as an MLflow model (``dmlplug export --log-model``, :mod:`.mlflow_model`).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -177,6 +180,20 @@ def build_wandb(params: WandbParams, ctx):
     from dmlplug_builtins.loggers.wandb_logger import WandbLogger
 
     return WandbLogger(params, quiet=bool(ctx.quiet))
+
+
+@hookimpl
+def on_bundle_exported(bundle: Path, manifest: Mapping[str, Any], run_dir: Path | None, log_model: bool) -> str | None:
+    """Log the bundle as a model of the run's MLflow run (``dmlplug export --log-model``, :mod:`.mlflow_model`).
+
+    Only for a run the mlflow logger tracked (it wrote ``mlflow.json``, ``mlflow_logger.STATE_FILE``, not imported
+    here: plugins load without MLflow); nothing without ``--log-model`` or for any other run.
+    """
+    if not log_model or run_dir is None or not (run_dir / "mlflow.json").is_file():
+        return None
+    from dmlplug_builtins.loggers.mlflow_model import log_bundle
+
+    return log_bundle(bundle, manifest, run_dir)
 
 
 @hookimpl

@@ -103,11 +103,29 @@ class Tutorial:
     def _bash(self, step: Step) -> int:
         from dmlplug.cli import main
 
+        if step.args[0] == "serve":
+            return self._serve(step)
+
         try:
             main([repository_path(a) for a in step.args])
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return 0
+
+    def _serve(self, step: Step) -> int:
+        """``dmlplug serve``, which runs until stopped: as a real server process on a free port, asked the
+        search of the doc's ``curl`` line (printed as the step's output), then stopped with SIGTERM."""
+        import httpx
+        from serve import Server
+
+        _, bundle, index, *options = step.args
+        with Server(Path(bundle), Path(index), *options, log=self.folder / "serve.log", cwd=self.folder) as server:
+            query = self.folder / "queries" / "00.png"
+            response = httpx.post(server.url + "v1/search", files=[("images", (query.name, query.read_bytes(),
+                                                                              "image/png"))],
+                                  data={"k": "5"}, timeout=60)
+            print(response.text)
+            return server.stop() if response.status_code == 200 else 1
 
     def _python(self, step: Step) -> int:
         try:

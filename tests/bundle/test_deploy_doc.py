@@ -25,7 +25,8 @@ def _printed_thresholds(text):
 
 def test_the_tutorial_has_the_steps_this_test_checks():
     kinds = [s.args[0] if s.lang == "bash" else "python" for s in read_steps()]
-    assert kinds == ["run", "calibrate", "export", "python", "embed", "index", "search", "python"]
+    assert kinds == ["run", "calibrate", "export", "python", "embed", "evaluate", "index", "search", "python",
+                     "serve"]
 
 
 def test_training_wrote_a_completed_quickstart_run_with_a_validation_split(tutorial, trained_run):
@@ -104,6 +105,14 @@ def test_embed_writes_every_gallery_image_as_a_unit_vector(tutorial, trained_run
     assert paths == gallery and embeddings.shape == (len(gallery), size) and embeddings.dtype == np.float32
     assert np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
     assert f"{len(gallery)} embeddings ({size}-d) written to gallery.npz" in step.out
+    with np.load(tutorial.folder / "gallery.npz") as data:  # the class folders' labels, for `dmlplug evaluate`
+        names, labels = data["class_names"].tolist(), data["labels"]
+    assert [names[label] for label in labels] == [path.split("/")[1] for path in paths]
+
+
+def test_evaluate_reads_the_labels_of_the_gallery_folders(tutorial):
+    step = tutorial.step("dmlplug evaluate ")
+    assert "recall@1" in step.out
 
 
 def test_index_holds_the_gallery_of_this_checkpoint(tutorial, trained_run):
@@ -111,10 +120,13 @@ def test_index_holds_the_gallery_of_this_checkpoint(tutorial, trained_run):
     tutorial.step("dmlplug index ")
     meta = json.loads((tutorial.folder / "gallery_index" / "index.json").read_text())
     with np.load(tutorial.folder / "gallery.npz") as data:
-        size = len(data["paths"])
+        paths = [str(p) for p in data["paths"]]
     manifest = _manifest(bundle_dir)
-    assert meta["kind"] == "exact" and meta["size"] == size and meta["dim"] == manifest["embedding_size"]
+    assert meta["kind"] == "exact" and meta["size"] == len(paths) and meta["dim"] == manifest["embedding_size"]
     assert meta["checkpoint_sha256"] == manifest["source"]["checkpoint_sha256"]
+    assert meta["root"] == str(tutorial.folder / "gallery")  # the paths are stored relative to the gallery folder
+    assert json.loads((tutorial.folder / "gallery_index" / "paths.json").read_text()) == [
+        path.split("/", 1)[1] for path in paths]
 
 
 def test_search_json_ranks_the_gallery_and_accepts_at_the_printed_threshold(tutorial, trained_run):
@@ -135,11 +147,12 @@ def test_search_json_ranks_the_gallery_and_accepts_at_the_printed_threshold(tuto
     assert [r["query"] for r in results] == queries
     for result, vector in zip(results, query_vectors, strict=True):
         assert set(result) == {"query", "matches"} and len(result["matches"]) == k
-        assert all(set(m) == {"path", "similarity", "accepted"} for m in result["matches"])
+        assert all(set(m) == {"id", "path", "stored_path", "similarity", "accepted"} for m in result["matches"])
+        assert all(m["path"] == str(tutorial.folder / paths[m["id"]]) for m in result["matches"])  # absolute
         sims = [m["similarity"] for m in result["matches"]]
         expected = np.sort(gallery @ vector)[::-1][:k]  # the k largest cosine similarities of the gallery
         assert sims == pytest.approx(expected.tolist(), abs=1e-5) and sims == sorted(sims, reverse=True)
-        assert all(gallery[paths.index(m["path"])] @ vector == pytest.approx(m["similarity"], abs=1e-5)
+        assert all(gallery[m["id"]] @ vector == pytest.approx(m["similarity"], abs=1e-5)
                    for m in result["matches"])
         assert [m["accepted"] for m in result["matches"]] == [s >= threshold for s in sims]
 
@@ -147,7 +160,7 @@ def test_search_json_ranks_the_gallery_and_accepts_at_the_printed_threshold(tuto
 def test_python_api_gives_what_the_command_line_printed(tutorial, trained_run):
     _, bundle_dir = trained_run
     cli_results = json.loads(tutorial.step("dmlplug search ").out)
-    namespace = tutorial.run_all()[-1].namespace
+    namespace = [step for step in tutorial.run_all() if step.lang == "python"][-1].namespace
     bundle = namespace["bundle"]
     assert namespace["results"] == cli_results
     assert namespace["vectors"].shape == (2, bundle.embedding_size)
@@ -156,6 +169,16 @@ def test_python_api_gives_what_the_command_line_printed(tutorial, trained_run):
     loose = namespace["loose"][0]["matches"]
     assert [m["accepted"] for m in loose] == [m["similarity"] >= max_f1 for m in loose]
     same = namespace["same"][0]["matches"]
-    assert [m["path"] for m in same] == [m["path"] for m in cli_results[0]["matches"]]
+    assert [m["id"] for m in same] == [m["id"] for m in cli_results[0]["matches"]]  # rows of the sorted gallery
     assert [m["similarity"] for m in same] == pytest.approx([m["similarity"] for m in cli_results[0]["matches"]],
                                                              abs=1e-6)
+
+
+def test_the_served_search_gives_what_the_command_line_printed(tutorial, trained_run):
+    cli_first = json.loads(tutorial.step("dmlplug search ").out)[0]["matches"]
+    served = json.loads(tutorial.step("dmlplug serve ").out)
+    matches = served["results"][0]["matches"]
+    assert served["results"][0]["query"] == "00.png"
+    assert [(m["id"], m["path"], m["accepted"]) for m in matches] == \
+        [(m["id"], m["path"], m["accepted"]) for m in cli_first]
+    assert [m["similarity"] for m in matches] == pytest.approx([m["similarity"] for m in cli_first], abs=1e-6)

@@ -106,18 +106,18 @@ def test_mistakes_of_index_are_one_clear_error_and_write_nothing(onnx_bundle, im
                      "unknown index_codec 'lz4'")
 
 
-def _shards(folder, embeddings, paths, model, bounds=(0, 10, 24)):
-    return write_shards(folder, embeddings, paths, bounds, model)
+def _shards(folder, embeddings, paths, model, bounds=(0, 10, 24), root=None):
+    return write_shards(folder, embeddings, paths, bounds, model, root=root)
 
 
 def test_an_index_from_shards_equals_the_index_of_the_images(onnx_bundle, image_folder, embedded, tmp_path, cli):
     _, embeddings, paths = embedded
     bundle = dmlplug.load_bundle(onnx_bundle)
-    shards = _shards(tmp_path / "shards", embeddings, paths, bundle.model_sha256)
+    shards = _shards(tmp_path / "shards", embeddings, paths, bundle.model_sha256, root=image_folder)
     _ok(cli("index", onnx_bundle, "--from-shards", shards, "--out", tmp_path / "a", "--codec", "int8", "-q"))
     _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "b", "--codec", "int8", "-q"))
     a, b = (json.loads((tmp_path / n / "index.json").read_text()) for n in "ab")
-    assert a["files"] == b["files"]  # the same index, byte for byte
+    assert a["files"] == b["files"] and a["root"] == b["root"] == str(image_folder)  # the same index, byte for byte
     other = _shards(tmp_path / "other", embeddings, paths, "0" * 64)
     _one_clear_error(cli("index", onnx_bundle, "--from-shards", other, "--out", tmp_path / "c", "-q"),
                      "were embedded by the model with sha256 000000000000")
@@ -136,12 +136,18 @@ def test_add_and_remove_equal_a_rebuild_and_refuse_another_model(onnx_bundle, im
     out, _ = _ok(cli("index-add", onnx_bundle, index, npz))
     assert "8 images added" not in out  # the 16 copies have other paths than the npz's: all 24 are new
     assert "24 images added" in out and json.loads((index / "index.json").read_text())["size"] == 40
+    # inside the index's root, paths relative to it; the added images, outside, by their absolute paths
+    assert json.loads((index / "paths.json").read_text()) == sorted(
+        str(p.relative_to(first)) for p in first.rglob("*.png")) + paths
     (tmp_path / "gone.txt").write_text("\n".join(str(p) for p in sorted(first.rglob("*.png"))) + "\n")
     out, _ = _ok(cli("index-remove", index, tmp_path / "gone.txt"))
     assert "16 images removed" in out
     _ok(cli("index", onnx_bundle, image_folder, "--out", tmp_path / "rebuilt", "--codec", "float16", "-q"))
     bundle = dmlplug.load_bundle(onnx_bundle)
-    assert bundle.search(paths[:4], index, k=5) == bundle.search(paths[:4], tmp_path / "rebuilt", k=5)
+    edited, rebuilt = (bundle.search(paths[:4], folder, k=5) for folder in (index, tmp_path / "rebuilt"))
+    assert [[(m["path"], m["similarity"]) for m in r["matches"]] for r in edited] == [
+        [(m["path"], m["similarity"]) for m in r["matches"]] for r in rebuilt]  # the same files, found alike
+    assert {m["id"] for r in edited for m in r["matches"]} <= set(range(16, 40))  # the added items' new ids
     meta = json.loads((index / "index.json").read_text())
     assert (meta["added_since_build"], meta["removed_since_build"]) == (24, 16)
     before = _digest(index)
@@ -153,7 +159,7 @@ def test_add_and_remove_equal_a_rebuild_and_refuse_another_model(onnx_bundle, im
     _one_clear_error(cli("index-add", onnx_bundle, index, tmp_path / "moved.npz"), "embeds its first image")
     _one_clear_error(cli("index-add", onnx_bundle, index, npz), "are already in")
     (tmp_path / "unknown.txt").write_text("not/there.png\n")
-    _one_clear_error(cli("index-remove", index, tmp_path / "unknown.txt"), "1 of the paths to remove are not in")
+    _one_clear_error(cli("index-remove", index, tmp_path / "unknown.txt"), "1 of the items to remove are not in")
     assert _digest(index) == before and not list(tmp_path.glob(".index.*"))
 
 

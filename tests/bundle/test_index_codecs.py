@@ -279,7 +279,7 @@ def test_edits_refuse_what_they_cannot_do(codec):
     with pytest.raises(BundleError, match="is a hnsw index, which cannot remove items"):
         remove_items(index, PATHS[:2])
     index = build_index(GALLERY[:500], PATHS[:500], codec("int8"))
-    with pytest.raises(BundleError, match="1 of the paths to remove are not in"):
+    with pytest.raises(BundleError, match="1 of the items to remove are not in"):
         remove_items(index, [PATHS[0], "nowhere.png"])
     with pytest.raises(BundleError, match="already in the index or given twice, e.g. img/00003.png"):
         add_items(index, GALLERY[3:5], PATHS[3:5])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,8 +77,12 @@ def test_search_json_ranks_the_exact_neighbours_with_the_calibrated_verdict(onnx
         assert [m["similarity"] for m in result["matches"]] == pytest.approx(sims[expected].tolist(), abs=1e-5)
         assert [m["accepted"] for m in result["matches"]] == [m["similarity"] >= threshold
                                                               for m in result["matches"]]
-        assert set(result["matches"][0]) == {"path", "similarity", "accepted"}
+        assert set(result["matches"][0]) == {"id", "path", "stored_path", "similarity", "accepted"}
         assert result["matches"][0]["path"] == query and result["matches"][0]["accepted"] is True
+        # the id is the item's row in the sorted gallery, the stored path relative to the gallery root
+        assert [m["id"] for m in result["matches"]] == expected.tolist()
+        assert [m["stored_path"] for m in result["matches"]] == [
+            str(Path(paths[i]).relative_to(meta["root"])) for i in expected]
 
 
 def test_search_text_output_and_threshold_override(onnx_bundle, gallery, cli):
@@ -94,8 +99,9 @@ def test_python_api_search_equals_the_cli(onnx_bundle, gallery, cli):
     _, out, _ = cli("search", onnx_bundle, index_dir, paths[5], "--k", "4", "--json")
     bundle = dmlplug.load_bundle(onnx_bundle)
     assert bundle.search([paths[5]], index_dir, k=4) == json.loads(out)
-    in_memory = bundle.build_index(paths)
-    assert bundle.search([paths[5]], in_memory, k=4) == json.loads(out)
+    in_memory = bundle.build_index(paths)  # no gallery root: stored_path is the path given, here the file itself
+    assert [[{**m, "stored_path": m["path"]} for m in r["matches"]] for r in json.loads(out)] == [
+        r["matches"] for r in bundle.search([paths[5]], in_memory, k=4)]
 
 
 def test_index_without_faiss_is_a_torch_file_with_the_same_results(onnx_bundle, image_folder, gallery, tmp_path,
@@ -121,8 +127,8 @@ def test_approximate_index_reports_its_recall_on_held_out_images(onnx_bundle, im
     assert meta["kind"] == kind and meta["recall_queries"] == 2  # a tenth of the 24 images held out
     assert (f"against exact search: recall@1 {meta['recall@1']:.4f}, recall@5 {meta['recall@5']:.4f}, recall@10 "
             f"{meta['recall@10']:.4f} (2 gallery images held out as queries)") in out
-    assert sorted(json.loads((tmp_path / kind / "paths.json").read_text())) == sorted(
-        str(p) for p in image_folder.rglob("*.png"))
+    assert json.loads((tmp_path / kind / "paths.json").read_text()) == sorted(
+        str(p.relative_to(image_folder)) for p in image_folder.rglob("*.png"))  # relative to the gallery root
 
 
 def test_recall_against_exact_counts_the_overlap():

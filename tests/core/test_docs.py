@@ -16,7 +16,7 @@ def test_every_hook_is_documented_with_an_example():
     from dmlplug import hookspecs
 
     hooks = [f for _, f in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(f, "dmlplug_spec")]
-    assert len(hooks) == 27  # a new hook also needs its test in tests/hooks (test_every_hook_tested.py)
+    assert len(hooks) == 28  # a new hook also needs its test in tests/hooks (test_every_hook_tested.py)
     assert "register(name, factory" in (hookspecs.__doc__ or "")  # the one argument of every register_<kind>
     for func in hooks:
         doc = func.__doc__ or ""

@@ -45,6 +45,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "dmlplug.evaluation.*",
     "dmlplug.files",
     "dmlplug.bundle.errors",
+    "dmlplug.bundle.api",
     "dmlplug.secrets",
     "dmlplug.checkpoints",
     "dmlplug.devices",

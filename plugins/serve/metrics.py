@@ -1,0 +1,63 @@
+"""The service's Prometheus metrics, written by prometheus-client in its text format at ``GET /metrics``.
+
+Each app has its own registry (two apps in one process, as in tests, do not share counts). With several
+worker processes (``--workers N``) every worker writes its samples to ``PROMETHEUS_MULTIPROC_DIR``, which the
+command creates, and ``/metrics`` sums them over the workers: whichever worker answers, the counts are the
+service's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: Seconds: request latency buckets, from a cached small query to a large batch on a slow CPU.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: The stages a search request's time is split into.
+STAGES = ("decode", "embed", "search", "rerank")
+
+
+class ServiceMetrics:
+    """Request counts, latencies per stage, batch sizes and the index's size and codec."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        common: dict[str, Any] = {"registry": None if self.multiprocess else self.registry, "namespace": "dmlplug"}
+        self.requests = Counter("http_requests", "HTTP requests answered, by route and status code.",
+                                ["route", "method", "status"], **common)
+        self.latency = Histogram("http_request_duration_seconds", "Time to answer a request, by route.",
+                                 ["route"], buckets=LATENCY_BUCKETS, **common)
+        self.stage = Histogram("stage_duration_seconds", "Time of one stage of a request: decode, embed, "
+                               "search or rerank (embed: the request's wait for its batch included).",
+                               ["stage"], buckets=LATENCY_BUCKETS, **common)
+        self.batch_size = Histogram("embed_batch_size", "Images per model call (dynamic batching).",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), **common)
+        self.model_seconds = Histogram("embed_batch_duration_seconds", "Time of one model call.",
+                                       buckets=LATENCY_BUCKETS, **common)
+        self.index_items = Gauge("index_items", "Vectors in the served index.",
+                                 multiprocess_mode="mostrecent", **common)
+        self.index_codec = Gauge("index_info", "The served index's codec (the label; the value is 1).", ["codec"],
+                                 multiprocess_mode="mostrecent", **common)
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(self.registry)
+
+    def observe_batch(self, size: int, seconds: float) -> None:
+        """Record one model call."""
+        self.batch_size.observe(size)
+        self.model_seconds.observe(seconds)
+
+    def describe_index(self, items: int, codec: str) -> None:
+        """Record the served index's size and codec."""
+        self.index_items.set(items)
+        self.index_codec.labels(codec=codec).set(1)  # an index keeps its codec through edits: one label
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,162 @@
+"""The parts of `dmlplug serve` that need no server: safe decoding, dynamic batching, the API key file."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import threading
+import zlib
+
+import numpy as np
+import pytest
+
+from dmlplug.errors import DmlplugError
+from dmlplug_builtins.serve.auth import bearer_token, key_matches, read_api_key
+from dmlplug_builtins.serve.batching import Batcher
+from dmlplug_builtins.serve.decode import BadImage, decode_image
+
+
+def _png(width: int, height: int, mode: str = "RGB") -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new(mode, (width, height), 120 if mode == "L" else (10, 200, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _noise_png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims width × height but whose data is a few bytes: a decompression bomb's shape."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + \
+        chunk(b"IEND", b"")
+
+
+def test_decode_gives_rgb_images():
+    image = decode_image(_png(7, 5, "L"), name="grey.png")
+    assert image.mode == "RGB" and image.size == (7, 5)
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    (b"", "empty"),
+    (b"%PDF-1.7 not an image at all", "not an image"),
+    (_noise_png()[:2000], "truncated or corrupt"),
+    (_png_header_only(20_000, 20_000), "over the limit"),
+])
+def test_decode_refuses_what_must_not_be_decoded(data, said):
+    with pytest.raises(BadImage, match=said) as caught:
+        decode_image(data, name="upload.png", max_pixels=40_000_000)
+    assert str(caught.value).startswith("upload.png: ")
+
+
+def test_a_truncated_jpeg_is_refused_not_padded():
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(out, format="JPEG")
+    with pytest.raises(BadImage, match="truncated"):
+        decode_image(out.getvalue()[: len(out.getvalue()) // 2], name="half.jpg")
+
+
+def test_the_pixel_limit_is_checked_from_the_header_before_decoding():
+    # 40,000 pixels of real data pass at a 40,000 limit and fail at 39,999: the check is on width × height.
+    data = _png(200, 200)
+    assert decode_image(data, name="a.png", max_pixels=40_000).size == (200, 200)
+    with pytest.raises(BadImage, match="200 × 200 pixels"):
+        decode_image(data, name="a.png", max_pixels=39_999)
+
+
+def _run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_concurrent_requests_share_model_calls_and_get_their_own_rows():
+    calls: list[int] = []
+    threads: set[str] = set()
+
+    def embed(images):
+        calls.append(len(images))
+        threads.add(threading.current_thread().name)
+        return np.array([[float(i), -float(i)] for i in images], dtype=np.float32)
+
+    async def scenario():
+        batcher = Batcher(embed, max_batch=4, max_wait_ms=200)
+        await batcher.start()
+        results = await asyncio.gather(*(batcher.embed([3 * r, 3 * r + 1, 3 * r + 2]) for r in range(5)))
+        await batcher.stop()
+        return results
+
+    results = _run(scenario())
+    for r, rows in enumerate(results):  # every request gets its own images' rows, in its order
+        assert rows.tolist() == [[3.0 * r + j, -(3.0 * r + j)] for j in range(3)]
+    assert sum(calls) == 15 and max(calls) <= 4 and len(calls) == 4  # 15 images in batches of at most 4: 4 calls
+    assert len(threads) == 1  # one model thread: never two model calls at once
+
+
+def test_a_lone_request_waits_at_most_max_wait():
+    import time
+
+    async def scenario():
+        batcher = Batcher(lambda images: np.zeros((len(images), 2), dtype=np.float32), max_batch=64,
+                          max_wait_ms=30)
+        await batcher.start()
+        started = time.perf_counter()
+        await batcher.embed(["one"])
+        waited = time.perf_counter() - started
+        await batcher.stop()
+        return waited
+
+    assert _run(scenario()) < 5.0  # finishes: the batch does not wait for 63 more images that never come
+
+
+def test_a_failing_model_call_fails_every_request_of_its_batch_and_not_the_next():
+    def embed(images):
+        if "bad" in images:
+            raise RuntimeError("model failed")
+        return np.ones((len(images), 2), dtype=np.float32)
+
+    async def scenario():
+        batcher = Batcher(embed, max_batch=8, max_wait_ms=50)
+        await batcher.start()
+        first = await asyncio.gather(batcher.embed(["bad"]), batcher.embed(["ok"]), return_exceptions=True)
+        second = await batcher.embed(["ok"])
+        await batcher.stop()
+        return first, second
+
+    first, second = _run(scenario())
+    assert all(isinstance(result, RuntimeError) for result in first)
+    assert second.shape == (1, 2)
+
+
+def test_the_api_key_file_must_be_private_and_long(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123\n")
+    key.chmod(0o644)
+    with pytest.raises(DmlplugError, match="readable by other users"):
+        read_api_key(key)
+    key.chmod(0o600)
+    assert read_api_key(key) == b"0123456789abcdef0123"
+    key.write_text("short")
+    with pytest.raises(DmlplugError, match="fewer than 16") as caught:
+        read_api_key(key)
+    assert "short" not in str(caught.value)  # the key is never echoed
+    with pytest.raises(DmlplugError, match="cannot read"):
+        read_api_key(tmp_path / "missing")
+
+
+def test_keys_compare_exactly():
+    assert key_matches(b"0123456789abcdef", "0123456789abcdef")
+    assert not key_matches(b"0123456789abcdef", "0123456789abcdeF")
+    assert not key_matches(b"0123456789abcdef", None)
+    assert bearer_token("Bearer abc") == "abc" and bearer_token("Basic abc") is None and bearer_token(None) is None
