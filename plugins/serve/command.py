@@ -69,6 +69,7 @@ def cmd_serve(
                              max_images=max_images, threads=threads, device=device)
     key = read_api_key(api_key_file) if api_key_file is not None else None
     service = SearchService(settings, plugin_host().registry)  # every check of `dmlplug search`, before binding
+    set_torch_threads(settings)
     sock = _bind(host, port)
     url = f"http://{_url_host(host)}:{sock.getsockname()[1]}/"
     typer.echo(f"dmlplug serve: {url} ({service.index().size} items, {workers} worker(s); API docs at {url}docs; "
@@ -97,6 +98,16 @@ def _require_extra() -> None:
                            where="dmlplug serve", fix='pip install "dmlplug[serve]"')
 
 
+def set_torch_threads(settings: Any) -> None:
+    """Give this server process's torch the model threads of a worker (ONNX Runtime's session has its own).
+
+    Process-wide, so only where a server process starts (here and in each worker), never in the service.
+    """
+    import torch
+
+    torch.set_num_threads(settings.model_threads())
+
+
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -104,7 +115,9 @@ def _url_host(host: str) -> str:
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port``, or a clear error (the port is taken, the address is not local)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto TCP, not 0: asyncio turns Nagle's algorithm off only on TCP sockets, and with it on every response's
+    # body, written after its headers, waited for the client's delayed ACK (40 ms a request)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

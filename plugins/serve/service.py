@@ -58,10 +58,6 @@ class SearchService:
         self.settings = settings
         self.registry = registry
         self.index_dir = Path(settings.index).resolve()
-        import torch
-
-        # The model's threads, in every worker: torch's (TorchScript, preprocessing) and ONNX Runtime's session.
-        torch.set_num_threads(settings.model_threads())
         self.bundle = api.load_bundle(settings.bundle, device=settings.device, threads=settings.model_threads())
         self.default_rerank = None if settings.rerank is None else self.parse_rerank(settings.rerank, "--rerank")
         self._lock = threading.RLock()  # a write re-reads the index under it

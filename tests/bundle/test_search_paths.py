@@ -11,23 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_results import ok as _ok
+from cli_results import one_clear_error as _one_clear_error
 
 import dmlplug
 from dmlplug.bundle.errors import BundleError
-
-
-def _ok(result):
-    code, out, err = result
-    assert code == 0, err
-    return out, err
-
-
-def _one_clear_error(result, *phrases):
-    code, out, err = result
-    assert code == 2, err
-    assert "Traceback" not in err and err.count("error: ") == 1 and "  fix:" in err, err
-    for phrase in phrases:
-        assert phrase in err, err
 
 
 @pytest.fixture(scope="module")

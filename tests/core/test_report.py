@@ -17,8 +17,9 @@ from dmlplug.report import build_report, write_report
 
 
 def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, curve=(), split=None,
-             status="completed", recipe_changes=None):
-    """A run directory as `dmlplug run` writes it (only the files the report reads)."""
+             status="completed", recipe_changes=None, selected_on="val"):
+    """A run directory as `dmlplug run` writes it (only the files the report reads); ``selected_on=None`` writes
+    a results.json of a dmlplug older than the field."""
     directory.mkdir(parents=True)
     recipe = {"run": {"name": name, "seed": seed, "output_dir": "runs", "epochs": len(curve)},
               "optimizer": {"lr": lr}, "evaluation": {"metric": "recall@1"},
@@ -34,8 +35,10 @@ def fake_run(directory, *, name="exp", seed=0, lr=1e-3, final=None, best=None, c
         table[leaf] = value
     (directory / "recipe.resolved.toml").write_text(tomli_w.dumps(recipe))
     final = final or {}
-    (directory / "results.json").write_text(json.dumps({
-        "status": status, "name": name, "metrics": final, "best_metrics": best or final, "best_epoch": 1}))
+    results = {"status": status, "name": name, "metrics": final, "best_metrics": best or final, "best_epoch": 1}
+    if selected_on is not None:
+        results["selected_on"] = selected_on
+    (directory / "results.json").write_text(json.dumps(results))
     lines = [json.dumps({"epoch": e, "step": 10 * e, "split": "test", "time": 0.0, **m}) for e, m in enumerate(curve)]
     (directory / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     return directory
@@ -271,7 +274,8 @@ def test_a_parameter_that_differs_within_one_component_is_a_label(tmp_path):
 def test_an_older_run_that_selected_its_untrained_model_is_read_with_the_current_rule(tmp_path):
     # results.json of an older dmlplug: best_epoch 0 (the untrained model won on recall@1).
     run = fake_run(tmp_path / "old", final={"recall@1": 0.30}, best={"recall@1": 0.90},
-                   curve=[{"recall@1": 0.90}, {"recall@1": 0.20}, {"recall@1": 0.35}, {"recall@1": 0.30}])
+                   curve=[{"recall@1": 0.90}, {"recall@1": 0.20}, {"recall@1": 0.35}, {"recall@1": 0.30}],
+                   selected_on=None)
     results = json.loads((run / "results.json").read_text())
     (run / "results.json").write_text(json.dumps({**results, "best_epoch": 0, "epochs_completed": 3}))
     report = build_report(host=get_host(), paths=[run])

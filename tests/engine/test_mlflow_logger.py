@@ -141,19 +141,21 @@ def test_mlflow_run_read_back_and_continued_after_a_kill_and_resume(mlflow_serve
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
-def test_an_unreachable_tracking_server_stops_the_run_before_its_directory_is_written(tmp_path):
+def test_an_unreachable_tracking_server_stops_the_run_before_its_directory_is_written(tmp_path, monkeypatch):
     import dmlplug
     from dmlplug.errors import RunError
 
     # No MLFLOW_HTTP_REQUEST_* settings: the client's own retries would take minutes; the logger's probe does not.
+    # The URI from the environment, where a password may be (a recipe holding one is refused: test_tracker_secrets).
     uri = f"http://ann:s3cret@127.0.0.1:{mlflow_tracking.free_port()}"  # nothing listens there
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     recipe = tmp_path / "tracked.toml"
-    recipe.write_text(TINY_RECIPE + f'[[loggers]]\nname = "mlflow"\ntracking_uri = "{uri}"\n')
+    recipe.write_text(TINY_RECIPE + '[[loggers]]\nname = "mlflow"\n')
     with pytest.raises(RunError) as info:
         dmlplug.run(recipe, overrides=SMALL, out=tmp_path / "run", quiet=True)
     message = info.value.render()
     assert "ann:***@127.0.0.1" in message and "s3cret" not in message
-    assert "does not answer: connection refused" in message and "tracking_uri" in message
+    assert "does not answer: connection refused" in message and "MLFLOW_TRACKING_URI" in message
     assert "start the server" in message and "remove the mlflow logger" in message
     assert not (tmp_path / "run").exists()  # no failed run directory left behind
 
