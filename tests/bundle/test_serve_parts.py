@@ -160,3 +160,27 @@ def test_keys_compare_exactly():
     assert not key_matches(b"0123456789abcdef", "0123456789abcdeF")
     assert not key_matches(b"0123456789abcdef", None)
     assert bearer_token("Bearer abc") == "abc" and bearer_token("Basic abc") is None and bearer_token(None) is None
+
+
+def test_connections_to_the_served_socket_have_nagles_algorithm_off():
+    # asyncio turns Nagle's algorithm off only on sockets whose proto is TCP; with it on, a response's body, written
+    # after its headers, waited for the client's delayed ACK: 40 ms on every request (benchmarks/serve_throughput.py)
+    import socket
+
+    from dmlplug_builtins.serve.command import _bind
+
+    async def nodelay_of_an_accepted_connection() -> int:
+        listener = _bind("127.0.0.1", 0)
+        seen = asyncio.get_running_loop().create_future()
+
+        def accepted(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        async with await asyncio.start_server(accepted, sock=listener):
+            _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            value = await seen
+            writer.close()
+        return value
+
+    assert asyncio.run(nodelay_of_an_accepted_connection())
