@@ -129,10 +129,13 @@ def _serve(model_uri, folder):
     """``mlflow models serve`` of ``model_uri`` in this environment (no virtualenv, nothing installed)."""
     port = mlflow_tracking.free_port()
     log = folder / "serve.log"
+    # As in an activated environment: MLflow's local backend runs `exec uvicorn` through the shell, found on PATH
+    # (CI runs .venv/bin/python without activating the virtualenv).
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     with open(log, "w") as handle:
         process = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri,
                                     "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port),
-                                    "--workers", "1"], stdout=handle, stderr=subprocess.STDOUT, env=os.environ)
+                                    "--workers", "1"], stdout=handle, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         mlflow_tracking.wait_until_healthy(process, f"{url}/ping", log, "mlflow models serve")
