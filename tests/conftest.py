@@ -59,3 +59,20 @@ def seeded():
     torch.manual_seed(0)
     np.random.seed(0)
     yield
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the ``dmlplug`` command line in-process: ``(exit status, stdout, stderr)``."""
+    from dmlplug.cli import main
+
+    def invoke(*args):
+        code = 0
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code or 0
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke

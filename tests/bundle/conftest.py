@@ -70,23 +70,6 @@ def broken_folder(image_folder, tmp_path):
     return folder
 
 
-@pytest.fixture
-def cli(capsys):
-    """Run the ``dmlplug`` command line in-process: ``(exit status, stdout, stderr)``."""
-    from dmlplug.cli import main
-
-    def invoke(*args):
-        code = 0
-        try:
-            main([str(a) for a in args])
-        except SystemExit as exc:
-            code = exc.code or 0
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
-
-
 @pytest.fixture(scope="session")
 def tutorial(tmp_path_factory):
     """docs/deploy.md, run lazily step by step in one folder (see deploy_doc.py); its quickstart run is trained

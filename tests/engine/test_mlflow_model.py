@@ -33,23 +33,6 @@ def tracked_run(mlflow_server, tmp_path_factory):
     return folder / "run"
 
 
-@pytest.fixture
-def cli(capsys):
-    """Run the ``dmlplug`` command line in-process: ``(exit status, stdout, stderr)``."""
-    from dmlplug.cli import main
-
-    def invoke(*args):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
-
-
 def _png_files(run_dir, count):
     """The first ``count`` test images of the run as PNG files (bytes): what a client sends the model."""
     import dmlplug

@@ -19,6 +19,21 @@ def pytest_configure(config):
         "markers", "hook(name): the dmlplug hookspec the test exercises (tests/hooks/test_every_hook_tested.py)")
 
 
+@pytest.fixture
+def use_host(monkeypatch):
+    """``use_host(*pairs)``: make the command line, export and the report use a fresh host (built-ins, no entry
+    points) with the given ``(plugin, name)`` pairs, for this test."""
+    from dmlplug import plugins
+
+    def use(*pairs):
+        host = throwaway.fresh_host(*pairs)
+        monkeypatch.setattr(plugins, "_HOST", host)
+        monkeypatch.setattr(plugins, "get_host", lambda **_: host)
+        return host
+
+    return use
+
+
 @pytest.fixture(scope="session")
 def registering() -> dict[str, throwaway.RegisteringPlugin]:
     """One throwaway registering plugin per component kind, by kind."""

@@ -6,7 +6,6 @@ import json
 
 import pytest
 from e2e import BUNDLE_RUN_SETS, TINY_RECIPE
-from throwaway import fresh_host
 
 import dmlplug
 from dmlplug.bundle.errors import BundleError
@@ -39,20 +38,6 @@ def run_dir(tmp_path_factory):
     recipe.write_text(TINY_RECIPE)
     assert dmlplug.run(recipe, overrides=BUNDLE_RUN_SETS, out=folder / "run", quiet=True).status == "completed"
     return folder / "run"
-
-
-@pytest.fixture
-def use_host(monkeypatch):
-    """Make export use a fresh host (built-ins, no entry points) with the given plugins."""
-    from dmlplug import plugins
-
-    def use(*pairs):
-        host = fresh_host(*pairs)
-        monkeypatch.setattr(plugins, "_HOST", host)
-        monkeypatch.setattr(plugins, "get_host", lambda **_: host)
-        return host
-
-    return use
 
 
 @pytest.mark.hook("on_bundle_exported")

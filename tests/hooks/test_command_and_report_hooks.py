@@ -8,7 +8,6 @@ from typing import Annotated
 
 import pytest
 import typer
-from throwaway import fresh_host
 
 import dmlplug
 from dmlplug.files import atomic_write
@@ -58,20 +57,6 @@ def _png(handle) -> None:
     ax.plot([0, 1], [0, 1])
     fig.savefig(handle, format="png")
     plt.close(fig)
-
-
-@pytest.fixture
-def use_host(monkeypatch):
-    """Make the CLI and the report use a fresh host with the given plugins."""
-    from dmlplug import plugins
-
-    def use(*pairs):
-        host = fresh_host(*pairs)
-        monkeypatch.setattr(plugins, "_HOST", host)
-        monkeypatch.setattr(plugins, "get_host", lambda **_: host)
-        return host
-
-    return use
 
 
 @pytest.mark.hook("register_commands")
