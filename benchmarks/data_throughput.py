@@ -3,16 +3,20 @@
 No model runs, so the numbers are an upper bound on training speed: a GPU run that is much slower than
 this is compute-bound, one that reaches it is data-bound (add workers, or decode on a faster disk).
 
-Two parts, both alternating the compared variants round by round and reporting medians:
+Two parts, both alternating the compared variants round by round (epoch by epoch) and reporting medians:
 
 1. **Per-image CPU cost** in one process (thread CPU time, so it holds on a busy machine) of decode +
-   RandomResizedCrop + flip + normalise, for PIL vs ``torchvision.io.decode_jpeg`` decoding and PIL
-   (``transforms`` v1 + ``ToTensor``) vs uint8-tensor (``transforms.v2``) transforms (dmlplug's loader decodes
-   JPEG/PNG with torchvision and uses ``transforms.v2``);
-   images/s per core is its inverse.
-2. **The engine's training loader** (``dmlplug.engine.data.train_loader`` over the engine's
-   ``SeededDataset``, as a run builds it) per worker count and prefetch depth: steady-state images/s
-   (wall clock) and images/s per core (divided by the cores busy: one with 0 workers, else the workers).
+   RandomResizedCrop + flip + normalise: the hand-written pipelines a user writes (Pillow decoding with the
+   torchvision v1 transforms and ``ToTensor``, as in PML's and timm's examples; ``decode_jpeg`` with a
+   ``transforms.v2`` Compose) against dmlplug's (``decode_jpeg``, as its file sources decode JPEG/PNG, and
+   the ``dml`` policy); images/s per core is its inverse.
+2. **Loader against loader**, per worker count and prefetch depth, the same images, batch size, workers,
+   pinning and prefetch on both sides, alternating epoch by epoch: a hand-written loader (a ``Dataset`` over
+   the file list that opens each file with Pillow and applies the v1 transforms, a ``DataLoader`` with
+   ``shuffle=True``; no dmlplug code: the file paths and labels are taken out of dmlplug's source once,
+   before timing) and the engine's training loader (``dmlplug.engine.data.train_loader`` over the engine's
+   ``SeededDataset``, as a run builds it). Steady-state images/s (wall clock), ms per image of wall clock,
+   and the ratio dmlplug / hand-written (above 1: dmlplug loads more images per second).
 
 The projection to 16 cores assumes one core stays with the training process and the other 15 run loader
 workers at this machine's per-core rate (part 1, dmlplug's pipeline), scaling linearly: workers are
@@ -21,7 +25,7 @@ in the main process keep up.
 
 Example::
 
-    python benchmarks/data_throughput.py                 # 512 images, workers 0,1,2
+    python benchmarks/data_throughput.py                 # 512 images, workers 0,1,2, prefetch 2,4
     python benchmarks/data_throughput.py --quick         # a smoke run
     python benchmarks/data_throughput.py --folder $DMLPLUG_DATA/CUB_200_2011/images --workers 8,16
 
@@ -75,31 +79,52 @@ def folder_source(folder: Path, limit: int | None):
     return FileImageSource.from_class_keys(paths, keys, name=str(folder), check_files=False)
 
 
+#: ImageNet's statistics, written out: the hand-written side uses no dmlplug code, constants included.
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+HAND_V1 = "hand-written: PIL decode + v1 transforms (ToTensor)"
+HAND_V2 = "hand-written: decode_jpeg + v2 Compose"
+DMLPLUG = "dmlplug: decode_jpeg + dml policy"
+
+
+def hand_written_transform(image_size: int):
+    """The torchvision v1 training transform users write: RandomResizedCrop, flip, ToTensor, Normalize."""
+    from torchvision import transforms as T
+
+    return T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(MEAN, STD)])
+
+
+def pil_decode(blob_or_path):
+    """Pillow's decoding of a JPEG (bytes or a path) to RGB, as a user's ``Dataset`` does it."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes) else blob_or_path) as image:
+        return image.convert("RGB")
+
+
 def transform_variants(image_size: int):
     """``{name: bytes -> normalised tensor}``: the decoders and transform implementations compared."""
     import torch
-    from PIL import Image
-    from torchvision import transforms as T
     from torchvision.io import decode_jpeg
+    from torchvision.transforms import v2
 
-    from dmlplug.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transform
-
-    def pil_decode(blob: bytes):
-        with Image.open(io.BytesIO(blob)) as image:
-            return image.convert("RGB")
+    from dmlplug.data.transforms import build_transform
 
     def jpeg_decode(blob: bytes):
         return decode_jpeg(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
 
-    pil_transform = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(),
-                               T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    hand_v1 = hand_written_transform(image_size)
+    hand_v2 = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip(),
+                          v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD), v2.ToPureTensor()])
     dmlplug_transform = build_transform("train", augment="dml", image_size=image_size)
     return {
         "PIL decode only": pil_decode,
         "decode_jpeg only": jpeg_decode,
-        "PIL decode + PIL transforms (v1, ToTensor)": lambda b: pil_transform(pil_decode(b)),
-        "PIL decode + tensor transforms (v2)": lambda b: dmlplug_transform(pil_decode(b)),
-        "decode_jpeg + tensor transforms (v2, dmlplug)": lambda b: dmlplug_transform(jpeg_decode(b)),
+        HAND_V1: lambda b: hand_v1(pil_decode(b)),
+        HAND_V2: lambda b: hand_v2(jpeg_decode(b)),
+        "dmlplug: PIL decode + dml policy": lambda b: dmlplug_transform(pil_decode(b)),
+        DMLPLUG: lambda b: dmlplug_transform(jpeg_decode(b)),
     }
 
 
@@ -121,33 +146,74 @@ def transform_costs(blobs: list[bytes], image_size: int, rounds: int) -> dict[st
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def measure(source, *, workers: int, batch_size: int, image_size: int, epochs: int, device: str,
-            views: int, prefetch: int | None = None) -> list[float]:
-    """Images per second of each epoch over ``source``, through the engine's training loader."""
+def hand_written_loader(paths: list[str], labels: list[int], *, workers: int, batch_size: int, image_size: int,
+                        device: str, prefetch: int | None):
+    """The loader a user writes: a ``Dataset`` of Pillow-decoded files with the v1 transform, ``shuffle=True``."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    transform = hand_written_transform(image_size)
+
+    class Files(Dataset):
+        def __len__(self):
+            return len(paths)
+
+        def __getitem__(self, i):
+            return transform(pil_decode(paths[i])), labels[i]
+
+    options = {"prefetch_factor": prefetch or 2, "persistent_workers": True} if workers else {}
+    return DataLoader(Files(), batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+                      pin_memory=device.startswith("cuda"), generator=torch.Generator().manual_seed(0), **options)
+
+
+def dmlplug_loader(source, *, workers: int, batch_size: int, image_size: int, device: str, views: int,
+                   prefetch: int | None):
+    """The engine's training loader over ``source``, as a run builds it (``set_epoch`` before each epoch)."""
     import torch
 
-    from dmlplug.data.transforms import build_train_views
+    from dmlplug.data.transforms import build_train_views, random_sources
     from dmlplug.engine.batches import BatchPlan
     from dmlplug.engine.data import TransformedSource, train_loader
     from dmlplug.engine.seeding import SeededDataset
 
-    dataset = TransformedSource(source, build_train_views(augment="dml", image_size=image_size, views=views))
+    transform = build_train_views(augment="dml", image_size=image_size, views=views)
+    dataset = TransformedSource(source, transform)
     batches = BatchPlan(torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(
         dataset, generator=torch.Generator().manual_seed(0)), batch_size, drop_last=True), seed=0)
     options = {} if prefetch is None else {"prefetch": prefetch}
-    loader = train_loader(SeededDataset(dataset), batches, workers=workers, device=device, seed=0, **options)
-    rates = []
+    loader = train_loader(SeededDataset(dataset, random_sources(transform)), batches, workers=workers, device=device,
+                          seed=0, **options)
+    return loader, batches
+
+
+def epoch_rate(loader, device: str) -> float:
+    """Images per second (wall clock) of one pass over ``loader``, the batches moved to ``device``."""
+    import torch
+
+    start = time.perf_counter()
+    seen = 0
+    for images, *_ in loader:
+        images.to(device, non_blocking=True)
+        seen += len(images)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return seen / (time.perf_counter() - start)
+
+
+def measure(source, *, workers: int, batch_size: int, image_size: int, epochs: int, device: str,
+            views: int, prefetch: int | None = None) -> dict[str, list[float]]:
+    """Images per second of each epoch of the hand-written loader and dmlplug's, alternating epoch by epoch."""
+    paths, labels = list(source.paths), [int(label) for label in source.labels]  # plain data, before timing
+    options = {"workers": workers, "batch_size": batch_size, "image_size": image_size, "device": device,
+               "prefetch": prefetch}
+    hand = hand_written_loader(paths, labels, **options)
+    ours, batches = dmlplug_loader(source, views=views, **options)
+    rates: dict[str, list[float]] = {"hand": [], "dmlplug": []}
     for epoch in range(epochs):
         batches.set_epoch(epoch)
-        start = time.perf_counter()
-        seen = 0
-        for images, _labels, _indices in loader:
-            images.to(device, non_blocking=True)
-            seen += len(images)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        rates.append(seen / (time.perf_counter() - start))
-    del loader  # stops persistent workers before the next configuration starts its own
+        for side in (("hand", "dmlplug") if epoch % 2 == 0 else ("dmlplug", "hand")):
+            rates[side].append(epoch_rate(hand if side == "hand" else ours, device))
+    del hand, ours  # stops persistent workers before the next configuration starts its own
     return rates
 
 
@@ -191,31 +257,31 @@ def main(argv: list[str] | None = None) -> int:
         blobs = [Path(source.paths[i]).read_bytes() for i in range(min(len(source), 32))]
         costs = transform_costs(blobs, args.image_size, args.rounds)
         print(f"\nper-image CPU cost, one process ({args.rounds} rounds x {len(blobs)} images, median)")
-        print(f"{'variant':<46}  {'ms/image':>8}  {'images/s per core':>17}")
+        print(f"{'variant':<52}  {'ms/image':>8}  {'images/s per core':>17}")
         for name, ms in costs.items():
-            print(f"{name:<46}  {ms:>8.3f}  {1e3 / ms:>17.1f}")
-        former = costs["PIL decode + PIL transforms (v1, ToTensor)"]
-        pil_decode_v2 = costs["PIL decode + tensor transforms (v2)"]
-        ours = costs["decode_jpeg + tensor transforms (v2, dmlplug)"]
-        print(f"PIL transforms / tensor transforms: {former / pil_decode_v2:.2f}x; "
-              f"with decode_jpeg (dmlplug's loader): {former / ours:.2f}x")
+            print(f"{name:<52}  {ms:>8.3f}  {1e3 / ms:>17.1f}")
+        hand_v1, hand_v2, ours = costs[HAND_V1], costs[HAND_V2], costs[DMLPLUG]
+        print(f"{HAND_V1} / dmlplug: {hand_v1 / ours:.2f}x the CPU time per image; "
+              f"{HAND_V2} / dmlplug: {hand_v2 / ours:.2f}x")
 
-        print(f"\ntraining loader (engine's train_loader + SeededDataset), steady = mean of epochs 2..{args.epochs}")
-        print(f"{'workers':>7}  {'prefetch':>8}  {'first epoch img/s':>17}  {'steady img/s':>12}  "
-              f"{'img/s per core':>14}")
+        print(f"\nloaders, alternating epoch by epoch; steady = median of epochs 2..{args.epochs} "
+              "(ratio above 1: dmlplug loads more images per second)")
+        print(f"{'workers':>7}  {'prefetch':>8}  {'hand img/s':>10}  {'dmlplug img/s':>13}  {'hand ms/img':>11}  "
+              f"{'dmlplug ms/img':>14}  {'dmlplug / hand':>14}")
         for workers in (int(w) for w in args.workers.split(",")):
             for prefetch in ((None,) if workers == 0 else (int(p) for p in args.prefetch.split(","))):
                 rates = measure(source, workers=workers, batch_size=args.batch_size, image_size=args.image_size,
                                 epochs=args.epochs, device=device, views=args.views, prefetch=prefetch)
-                steady = float(np.mean(rates[1:])) if len(rates) > 1 else rates[0]
-                print(f"{workers:>7}  {prefetch or '-':>8}  {rates[0]:>17.1f}  {steady:>12.1f}  "
-                      f"{steady / max(workers, 1):>14.1f}")
+                steady = {side: statistics.median(r[1:]) if len(r) > 1 else r[0] for side, r in rates.items()}
+                print(f"{workers:>7}  {prefetch or '-':>8}  {steady['hand']:>10.1f}  {steady['dmlplug']:>13.1f}  "
+                      f"{1e3 / steady['hand']:>11.2f}  {1e3 / steady['dmlplug']:>14.2f}  "
+                      f"{steady['dmlplug'] / steady['hand']:>14.2f}")
 
         per_core = 1e3 / ours
         print(f"\nprojection: {args.cores - 1} worker cores x {per_core:.0f} images/s per core (dmlplug's pipeline, "
               f"part 1) = {(args.cores - 1) * per_core:.0f} images/s on {args.cores} cores "
-              f"({(args.cores - 1) * 1e3 / pil_decode_v2:.0f} with PIL decoding); assumes linear scaling over "
-              f"independent worker processes, one core left to training, this machine's per-core speed")
+              f"({(args.cores - 1) * 1e3 / hand_v1:.0f} with the hand-written v1 pipeline); assumes linear scaling "
+              f"over independent worker processes, one core left to training, this machine's per-core speed")
     return 0
 
 

@@ -319,9 +319,9 @@ def _bench(ctx: Context, script: str, args: list[str], patterns: dict[str, str])
 
 
 def bench_train(ctx: Context) -> dict[str, Any]:
-    args = (["--quick", "--workers", "0", "--steps", "5", "--warmup", "1"] if ctx.dry
-            else ["--preset", "gpu", "--rounds", "3", "--steps", "40"])
-    numbers = _bench(ctx, "train_speed.py", args, {"ratio_dmlplug_over_bare_step": r"ratio dmlplug / bare = ([\d.]+)",
+    args = (["--quick", "--workers", "0", "--steps", "5", "--warmup", "1", "--against", "hand"] if ctx.dry
+            else ["--preset", "gpu", "--rounds", "3", "--steps", "40", "--against", "hand"])
+    numbers = _bench(ctx, "train_speed.py", args, {"ratio_dmlplug_over_bare_step": r"ratio dmlplug / hand = ([\d.]+)",
                                                    "images_per_s": r"median step .*? (\d+) images/s"})
     ratio = numbers["ratio_dmlplug_over_bare_step"]
     ratios = ratio if isinstance(ratio, list) else [ratio]

@@ -39,8 +39,16 @@ def _root(
     _STATE["debug"] = _STATE["debug"] or debug or os.environ.get("DMLPLUG_DEBUG") == "1"
 
 
-def build_app() -> typer.Typer:
-    """The CLI application: the root options, then every ``register_commands`` (core commands first)."""
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI application: the root options, then every ``register_commands`` (core commands first).
+
+    Args:
+        command: The command about to run (``"validate"``, ``"tune"`` …): the application then holds it alone,
+            when some plugin added it. typer turns every command into a click command before it parses anything,
+            reading each function's signature and type hints; for one command that is most of the work of the
+            sixty, and nothing else would see the others. ``None``, or a name nobody added, keeps every command
+            (``--help``, and click's "no such command" with its suggestion).
+    """
     app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                       help="Plugin-based deep metric learning.")
     app.callback()(_root)
@@ -52,7 +60,26 @@ def build_app() -> typer.Typer:
         host.pm.register(commands, name="dmlplug.commands")
     # Commands are added in registration order: the core commands first in --help.
     host.call_each("register_commands", lambda plugin: {"app": app})
+    if command is not None:
+        _keep_only(app, command)
     return app
+
+
+def _keep_only(app: typer.Typer, command: str) -> None:
+    """Drop from ``app`` every command and command group not named ``command``, if one is."""
+    from typer.main import get_command_name
+
+    commands = [info for info in app.registered_commands
+                if (info.name or get_command_name(info.callback.__name__ if info.callback else "")) == command]
+    groups = [info for info in app.registered_groups
+              if (info.name or (info.typer_instance.info.name if info.typer_instance else None)) == command]
+    if commands or groups:
+        app.registered_commands, app.registered_groups = commands, groups
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The command of a command line: its first argument, when no root option comes before it."""
+    return args[0] if args and not args[0].startswith("-") else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     args, debug = split_debug(sys.argv[1:] if argv is None else list(argv))
     _STATE["debug"] = debug or os.environ.get("DMLPLUG_DEBUG") == "1"
     try:
-        app = build_app()
+        app = build_app(_command_name(args))
         code = app(args=args, prog_name="dmlplug", standalone_mode=False)
     except DmlplugError as exc:
         _fail(exc, f"error: {exc.render()}", exc.exit_code)

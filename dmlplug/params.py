@@ -43,7 +43,11 @@ class Params(BaseModel):
 
     # A field whose key is a Python keyword is declared with an alias (``lam: float = Field(alias="lambda")``):
     # recipes write the alias, and dumps (resolved recipes, tables) write it back.
-    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False, serialize_by_alias=True)
+    # ``defer_build``: a model's validator is built when it first validates, not when its class is defined. Every
+    # plugin host defines some 140 Params models and a command validates a handful; building them all made up a
+    # third of the host's start-up (docs/performance.md, "Start-up").
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=False, serialize_by_alias=True,
+                              defer_build=True)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -48,6 +48,48 @@ def singular(kind: str) -> str:
     return next(k.singular for k in KIND_TABLE if k.name == kind)
 
 
+#: What ``register(..., params=...)`` takes: a Params subclass, or a function of no arguments returning one.
+ParamsSource = type[Params] | Callable[[], type[Params]]
+_SOURCE = "_params_source"  # where ComponentInfo keeps what it was given as params
+
+
+class _DeferredParams:
+    """The ``params`` field of :class:`ComponentInfo`: a model given as a function is made on first read.
+
+    A plugin that generates many models (the PML adapter makes one per PML class) would otherwise build them all
+    at every start-up of the host, while a command reads a handful. The function is called once; what it returns
+    is checked and kept, and anything else it does (raise, return no ``Params``) is that plugin's error.
+    """
+
+    def __get__(self, info: ComponentInfo | None, owner: type | None = None) -> type[Params]:
+        if info is None:
+            return NoParams  # the dataclass field's default
+        source = info.__dict__[_SOURCE]
+        if isinstance(source, type):
+            return source
+        try:
+            model = source()
+        except Exception as exc:
+            raise PluginError(f"{singular(info.kind)} {info.name!r}: its params function failed: "
+                              f"{type(exc).__name__}: {exc}", where=f"plugin {info.plugin!r}",
+                              fix="report this to the plugin's author") from exc
+        if not (isinstance(model, type) and issubclass(model, Params)):
+            raise PluginError(f"{singular(info.kind)} {info.name!r}: its params function returned {model!r}, "
+                              "not a subclass of dmlplug.Params", where=f"plugin {info.plugin!r}",
+                              fix="report this to the plugin's author")
+        info.__dict__[_SOURCE] = model
+        return model
+
+    def __set__(self, info: ComponentInfo, source: ParamsSource) -> None:
+        info.__dict__[_SOURCE] = source
+
+    @staticmethod
+    def is_valid_source(info: ComponentInfo) -> bool:
+        """Whether ``info`` was given a Params subclass or a function (which is not called here)."""
+        source = info.__dict__[_SOURCE]
+        return issubclass(source, Params) if isinstance(source, type) else callable(source)
+
+
 @dataclass(frozen=True)
 class ComponentInfo:
     """Everything the host knows about one registered component.
@@ -56,7 +98,8 @@ class ComponentInfo:
         kind: Plural component kind (``"losses"`` ...).
         name: Registered name used in recipes.
         factory: ``factory(params, ctx)`` that builds the component.
-        params: The :class:`~dmlplug.params.Params` subclass describing its parameters.
+        params: The :class:`~dmlplug.params.Params` subclass describing its parameters (given as a function,
+            it is made the first time it is read).
         description: One-line description shown by ``dmlplug list``.
         plugin: Name of the plugin that registered it.
         aliases: Other names that resolve to this component.
@@ -72,7 +115,7 @@ class ComponentInfo:
     kind: str
     name: str
     factory: Factory[Any]
-    params: type[Params] = NoParams
+    params: _DeferredParams = _DeferredParams()
     description: str = ""
     plugin: str = ""
     aliases: tuple[str, ...] = ()
@@ -230,7 +273,7 @@ class Registry:
             name: str,
             factory: Factory[Any],
             *,
-            params: type[Params] | None = None,
+            params: ParamsSource | None = None,
             description: str | None = None,
             aliases: Iterable[str] = (),
             tags: Iterable[str] = (),
@@ -259,11 +302,12 @@ class Registry:
         its name and its other aliases.
 
         Raises:
-            PluginError: The params are not a Params model, or the factory is not callable.
+            PluginError: The params are neither a Params model nor a function, or the factory is not callable.
         """
-        if not (isinstance(info.params, type) and issubclass(info.params, Params)):
+        if not _DeferredParams.is_valid_source(info):
             raise PluginError(
-                f"{singular(info.kind)} {info.name!r}: params must be a subclass of dmlplug.Params",
+                f"{singular(info.kind)} {info.name!r}: params must be a subclass of dmlplug.Params "
+                "(or a function of no arguments returning one)",
                 where=f"plugin {info.plugin!r}",
             )
         if not callable(info.factory):

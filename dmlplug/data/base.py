@@ -1,4 +1,4 @@
-"""Image sources and dataset bundles (numpy + Pillow only; no torch)."""
+"""Image sources and dataset bundles (numpy + Pillow; torch only inside ``load_tensor``)."""
 
 from __future__ import annotations
 
@@ -97,6 +97,25 @@ class ArraySource(ImageSource):
         array = self.images[index]
         image = Image.fromarray(array)
         return image.convert("RGB")
+
+    def load_tensor(self, index: int) -> Any:
+        """Image ``index`` as a ``3×H×W`` uint8 tensor: the pixels of :meth:`load_image` without the PIL round trip.
+
+        The fast path of the loaders (``TransformedSource`` prefers it): the array is copied (a transform can
+        never write into the dataset) and a greyscale image is expanded to three channels as a view, not
+        copied three times. Treat the result as read-only. A subclass that overrides :meth:`load_image` gets
+        its pixels here too, converted.
+        """
+        import torch
+
+        array = self.images[index]
+        if (type(self).load_image is not ArraySource.load_image or array.dtype != np.uint8
+                or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4))):
+            return torch.from_numpy(np.array(self.load_image(index))).permute(2, 0, 1)  # what PIL's convert makes
+        tensor = torch.from_numpy(array.copy())
+        if array.ndim == 2:
+            return tensor.unsqueeze(0).expand(3, -1, -1)
+        return tensor.permute(2, 0, 1)[:3]  # RGBA: PIL's convert("RGB") drops alpha without compositing
 
 
 @dataclass

@@ -4,7 +4,8 @@ Training augmentation policies are registered components (``register_augmentatio
 ``light`` and ``none``); the engine builds the one a recipe names (``[data] augment``) and the evaluation
 transform of :func:`build_test_transform`, which every policy shares: a policy only chooses, with its
 optional ``eval_crop`` attribute, between the protocol's shorter-side resize + centre crop (the default) and a
-resize to a square. No torch at module level: torchvision is imported when a transform is built.
+resize to a square. No torch at module level: torchvision is imported when a transform is built (the tensor
+operations themselves live in :mod:`dmlplug.data.image_ops`).
 """
 
 from __future__ import annotations
@@ -12,33 +13,47 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from dmlplug.data.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 
 def normalized_pipeline(steps: Sequence[Any]) -> Callable[[Any], Any]:
     """``steps`` between the conversion to a uint8 tensor image and the conversion to a normalised float tensor.
 
-    The input is a PIL image or a ``C×H×W`` uint8 tensor (e.g. from ``torchvision.io.decode_jpeg``). The image
-    is turned into a uint8 tensor first and cropped, resized (bilinear, antialiased) and flipped as a tensor by
-    ``steps`` (``torchvision.transforms.v2`` transforms), then converted to float and normalised with the
-    ImageNet statistics: by measurement (``benchmarks/data_throughput.py``) the tensor kernels are faster than
-    PIL's resize followed by ``ToTensor``, and the output of the crop is converted to float only once. Random
+    The generic pipeline for any ``torchvision.transforms.v2`` steps (a third-party policy's): the input, a PIL
+    image or a ``C×H×W`` uint8 tensor (e.g. from ``torchvision.io.decode_jpeg``), is turned into a uint8 tensor,
+    transformed by ``steps``, then converted to float and normalised with the ImageNet statistics. The built-in
+    policies and the evaluation view use :class:`dmlplug.data.image_ops.TensorPipeline` instead, which gives
+    the same tensors for their steps at a fraction of the per-image cost of the v2 transforms' dispatch. Random
     draws come from torch's default generator, which :class:`dmlplug.engine.seeding.SeededDataset` seeds per
     sample.
 
     Returns:
-        A ``torchvision.transforms.v2.Compose``.
+        A ``torchvision.transforms.v2.Compose`` whose ``tensor_input`` is ``True``.
     """
     import torch
     from torchvision.transforms import v2
 
-    return v2.Compose([v2.ToImage(), *steps, v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), v2.ToPureTensor()])
+    pipeline = v2.Compose([v2.ToImage(), *steps, v2.ToDtype(torch.float32, scale=True),
+                           v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), v2.ToPureTensor()])
+    pipeline.tensor_input = True  # ToImage takes tensors as they are (HasTensorInput)
+    return pipeline
+
+
+def eval_steps(*, image_size: int, resize_size: int | None = None, crop: bool = True) -> list[Any]:
+    """The geometry of the evaluation view, as :mod:`dmlplug.data.image_ops` steps (arguments as below)."""
+    from dmlplug.data.image_ops import CenterCrop, Resize
+
+    if crop:
+        return [Resize(resize_size or round(image_size * 256 / 224)), CenterCrop(image_size)]
+    return [Resize((image_size, image_size))]
 
 
 def build_test_transform(*, image_size: int, resize_size: int | None = None, crop: bool = True) -> Callable[[Any], Any]:
-    """The evaluation transform: image -> normalised ``3×S×S`` float tensor (see :func:`normalized_pipeline`).
+    """The evaluation transform: image (PIL or ``C×H×W`` uint8 tensor) -> normalised ``3×S×S`` float tensor.
+
+    A :class:`dmlplug.data.image_ops.TensorPipeline`: bilinear antialiased resize of the uint8 tensor, centre
+    crop as a view, one float conversion and normalisation; its ``transforms`` are the torchvision v2 steps it
+    equals bit for bit (what ``bundle.json`` describes).
 
     Args:
         image_size: Output side length ``S``.
@@ -47,12 +62,9 @@ def build_test_transform(*, image_size: int, resize_size: int | None = None, cro
         crop: ``True``: resize the shorter side, then centre-crop ``S×S`` (the DML protocol); ``False``: resize
             to ``S×S`` (small images such as the glyphs, whose strokes reach the border).
     """
-    from torchvision.transforms import v2
+    from dmlplug.data.image_ops import TensorPipeline
 
-    if crop:
-        resize = resize_size or round(image_size * 256 / 224)
-        return normalized_pipeline([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)])
-    return normalized_pipeline([v2.Resize((image_size, image_size), antialias=True)])
+    return TensorPipeline(eval_steps(image_size=image_size, resize_size=resize_size, crop=crop))
 
 
 def eval_crop(augmentation: Any) -> bool:
@@ -60,6 +72,19 @@ def eval_crop(augmentation: Any) -> bool:
     from dmlplug.protocols import HasEvalCrop
 
     return bool(augmentation.eval_crop) if isinstance(augmentation, HasEvalCrop) else True
+
+
+def accepts_tensors(transform: Any) -> bool:
+    """Whether a built train transform takes a ``3×H×W`` uint8 tensor: its policies' ``tensor_input``.
+
+    A policy without the attribute gets PIL images (:class:`dmlplug.protocols.HasTensorInput`); a
+    :class:`MultiView` takes tensors only when all its transforms do.
+    """
+    from dmlplug.protocols import HasTensorInput
+
+    if isinstance(transform, MultiView):
+        return all(accepts_tensors(t) for t in transform.transforms)
+    return bool(transform.tensor_input) if isinstance(transform, HasTensorInput) else False
 
 
 def random_sources(transform: Any) -> frozenset[str]:

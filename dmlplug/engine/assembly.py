@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from dmlplug.context import BuildContext
-from dmlplug.data.transforms import random_sources
+from dmlplug.data.transforms import accepts_tensors, random_sources
 from dmlplug.devices import autocast_dtype
 from dmlplug.engine.batches import BatchPlan
 from dmlplug.engine.build import Components, build_component
@@ -75,7 +75,8 @@ def assemble(components: Components, recipe: Any, *, device: str, rank: int = 0,
     autocast = autocast_dtype(recipe.run.precision, device)
     plan = BatchPlan(c.sampler, rank, world_size, seed=recipe.run.seed)
     # SeededDataset is map-style without subclassing torch's Dataset (seeding.py imports no torch at import).
-    seeded = SeededDataset(TransformedSource(c.dataset.train, c.train_transform), random_sources(c.train_transform))
+    train = TransformedSource(c.dataset.train, c.train_transform, tensors=accepts_tensors(c.train_transform))
+    seeded = SeededDataset(train, random_sources(c.train_transform))
     loader = train_loader(seeded, plan, workers=recipe.data.workers, device=device,  # type: ignore[arg-type]
                           seed=recipe.run.seed)
     return Training(

@@ -24,7 +24,8 @@ class TransformedSource(Dataset):
     Images come from the source's ``load_tensor`` (a ``3×H×W`` uint8 tensor; file sources decode JPEG and
     PNG with ``torchvision.io``, faster than Pillow) where it has one, else from ``load_image`` (a PIL image):
     dmlplug's transforms (:func:`dmlplug.data.transforms.build_transform`) accept both and give the same
-    result. Pass ``tensors=False`` for a transform that needs PIL images.
+    result. Pass ``tensors=False`` for a transform that needs PIL images (the engine does for a training policy
+    that does not declare ``tensor_input``, :func:`dmlplug.data.transforms.accepts_tensors`).
     """
 
     def __init__(self, source: ImageSource, transform: Any, *, tensors: bool = True):

@@ -102,16 +102,19 @@ def exact_knn(
     block_rows = max(1, budget_bytes // max(1, 12 * num_g)) if backend == "torch" else _MAX_QUERY_CHUNK
     job = SearchJob(searcher, queries, gallery, k, depth, self_pos, eps, result, stats, block_rows,
                     budget_bytes, relevance)
-    if backend == "faiss-cpu" and gallery is queries and dim >= MIN_DIM and num_q > BLOCK_ROWS:
-        # Leave-one-out on the CPU: the first candidate lists from half the matrix product (knn_symmetric),
-        # when every thread's heaps for all the queries fit in the budget (else faiss, chunk by chunk).
+    threads = 1
+    if backend == "faiss-cpu":
         import faiss
 
-        threads, width = faiss.omp_get_max_threads(), min(k + 2 + slack, num_g)
-        if threads * num_q * width * 12 <= budget_bytes // 2:
+        # The same threads as faiss's own search: the re-ranking below shares its rows among them too.
+        threads = faiss.omp_get_max_threads()
+        width = min(k + 2 + slack, num_g)
+        if gallery is queries and dim >= MIN_DIM and num_q > BLOCK_ROWS and num_q * width * 12 <= budget_bytes // 2:
+            # Leave-one-out: the first candidate lists from half the matrix product (knn_symmetric), when the
+            # heaps for all the queries fit in the budget (else faiss, chunk by chunk).
             job.first = symmetric_knn(as_numpy32(queries), width, threads=threads, budget_bytes=budget_bytes // 2)
     for start in range(0, num_q, _MAX_QUERY_CHUNK):
-        search_chunk(job, np.arange(start, min(start + _MAX_QUERY_CHUNK, num_q)), slack)
+        search_chunk(job, np.arange(start, min(start + _MAX_QUERY_CHUNK, num_q)), slack, threads)
     return result, stats
 
 

@@ -24,17 +24,20 @@ tried: 0.62×–0.87× the wall time with 2 threads at 6k and 60k rows of 32 to 
 time with one thread at 60k × 128, so :data:`MIN_DIM` lets every dimension use it (a first measurement on a
 loaded machine had suggested 256).
 
-Threads: the blocks are shared among ``threads`` Python threads, each with single-threaded BLAS and its own
-heaps (merged at the end), instead of a multi-threaded BLAS followed by faiss's OpenMP loop: alternating two
-thread pools that each spin while the other works was several times slower on a 2-core machine.
+Threads: the blocks are shared among ``threads`` Python threads, each with single-threaded BLAS, instead of a
+multi-threaded BLAS followed by faiss's OpenMP loop: alternating two thread pools that each spin while the other
+works was several times slower on a 2-core machine. All threads offer their values to one set of heaps, a lock
+per block of rows keeping two threads off the same rows at once (per-thread heaps would cost ``threads`` times the
+memory and a merge after the search, on one core). The threads also share the norms before the blocks and the
+sort of each row after them, so that no step of the search runs on one core only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -61,62 +64,88 @@ def symmetric_knn(x: np.ndarray, k: int, *, threads: int, budget_bytes: int) -> 
     import faiss
 
     n = x.shape[0]
-    threads = max(1, min(int(threads), 64))
+    threads = max(1, min(int(threads), 64, n))
     bs = int(min(BLOCK_ROWS, max(16, int((budget_bytes / (8 * threads)) ** 0.5))))
-    sq = np.einsum("ij,ij->i", x, x)  # float32 norms: their error is inside the bound (module doc)
-    minus2x = x * np.float32(-2.0)
-    starts = list(range(0, n, bs))
+    sq = np.empty(n, np.float32)  # float32 norms: their error is inside the bound (module doc)
+    minus2x = np.empty_like(x)
     tasks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
-    for a, i in enumerate(starts):
-        for j in starts[a:]:
-            tasks.put((i, j))
-    heaps = [_Heaps(faiss, n, k) for _ in range(threads)]
+    for task in _task_order(n, bs):
+        tasks.put(task)
+    heaps = _Heaps(faiss, n, k)
+    # One lock per block of rows: a task offers its block to the rows of I, and transposed to those of J.
+    locks = [threading.Lock() for _ in range(0, n, bs)]
+    # Each thread also prepares and finally sorts its share of the rows (between two barriers: all blocks done).
+    shares = np.linspace(0, n, threads + 1).astype(int)
+    barrier = threading.Barrier(threads)
     errors: list[BaseException] = []
-    lock = threading.Lock()
 
-    def work(h: _Heaps) -> None:
-        faiss.omp_set_num_threads(1)  # this thread's OpenMP setting only: faiss's heap loop stays serial
+    def multiply() -> None:
         buf = np.empty(bs * bs, np.float32)
         buf_t = np.empty(bs * bs, np.float32)
+        while True:
+            try:
+                i, j = tasks.get_nowait()
+            except queue.Empty:
+                return
+            ni, nj = min(bs, n - i), min(bs, n - j)
+            block = buf[:ni * nj].reshape(ni, nj)
+            np.matmul(minus2x[i:i + ni], x[j:j + nj].T, out=block)
+            if j != i:  # the rows of block J: the transposed product plus the norms of block I
+                block_t = buf_t[:ni * nj].reshape(nj, ni)
+                np.add(block.T, sq[None, i:i + ni], out=block_t)
+                with locks[j // bs]:
+                    heaps.add(block_t, first_row=j, first_id=i)
+            np.add(block, sq[None, j:j + nj], out=block)
+            with locks[i // bs]:
+                heaps.add(block, first_row=i, first_id=j)
+
+    def work(share: int) -> None:
+        faiss.omp_set_num_threads(1)  # this thread's OpenMP setting only: faiss's heap loop stays serial
+        rows = slice(shares[share], shares[share + 1])
         try:
-            while True:
-                try:
-                    i, j = tasks.get_nowait()
-                except queue.Empty:
-                    return
-                ni, nj = min(bs, n - i), min(bs, n - j)
-                block = buf[:ni * nj].reshape(ni, nj)
-                np.matmul(minus2x[i:i + ni], x[j:j + nj].T, out=block)
-                if j != i:  # the rows of block J: the transposed product plus the norms of block I
-                    block_t = buf_t[:ni * nj].reshape(nj, ni)
-                    np.add(block.T, sq[None, i:i + ni], out=block_t)
-                    h.add(block_t, first_row=j, first_id=i)
-                np.add(block, sq[None, j:j + nj], out=block)
-                h.add(block, first_row=i, first_id=j)
-        except BaseException as exc:  # surfaced in the calling thread below
-            with lock:
-                errors.append(exc)
+            np.einsum("ij,ij->i", x[rows], x[rows], out=sq[rows])
+            np.multiply(x[rows], np.float32(-2.0), out=minus2x[rows])  # a power of two: exact
+            barrier.wait()
+            multiply()
+            barrier.wait()
+            # Ascending order: numpy's sort of these short rows is ~10× faster than faiss's HeapArray.reorder
+            # (which pops every heap). Equal values may come in either order, as from faiss.knn.
+            order = np.argsort(heaps.dist[rows], axis=1)
+            heaps.dist[rows] = np.take_along_axis(heaps.dist[rows], order, 1) + sq[rows, None]
+            heaps.idx[rows] = np.take_along_axis(heaps.idx[rows], order, 1)
+        except BaseException as exc:  # surfaced in the calling thread below (list.append is atomic)
+            errors.append(exc)
+            barrier.abort()  # the other threads stop waiting for this one
 
     with _serial_blas():
         if threads == 1:  # in this thread: its OpenMP setting is put back afterwards
             before = faiss.omp_get_max_threads()
             try:
-                work(heaps[0])
+                work(0)
             finally:
                 faiss.omp_set_num_threads(before)
         else:
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                list(pool.map(work, heaps))
+            pool = [threading.Thread(target=work, args=(share,)) for share in range(threads)]
+            for thread in pool:
+                thread.start()
+            for thread in pool:
+                thread.join()
     if errors:
         raise errors[0]
-    main = heaps[0]
-    for other in heaps[1:]:
-        main.merge(other)
-    main.heaps.reorder()  # ascending order
-    dist, idx = main.dist, main.idx
-    dist += sq[:, None]
-    np.maximum(dist, 0.0, out=dist)
-    return dist, idx
+    np.maximum(heaps.dist, 0.0, out=heaps.dist)
+    return heaps.dist, heaps.idx
+
+
+def _task_order(n: int, bs: int) -> list[tuple[int, int]]:
+    """The blocks ``(I, J)``, ``I ≤ J``, by first rows, the costliest first so the threads finish together.
+
+    Blocks off the diagonal cost twice a diagonal one (two heap updates and a transposition) and the last block
+    row may be partial. Within a cost, one diagonal ``J − I`` after another, so the blocks handled at the same
+    time by different threads rarely share a block of rows (and its lock).
+    """
+    starts = range(0, n, bs)
+    pairs = [(i, i + d * bs) for d in range(len(starts)) for i in starts if i + d * bs < n]
+    return sorted(pairs, key=lambda p: -min(bs, n - p[0]) * min(bs, n - p[1]) * (1 if p[0] == p[1] else 2))
 
 
 def _serial_blas() -> contextlib.AbstractContextManager[object]:
@@ -124,11 +153,22 @@ def _serial_blas() -> contextlib.AbstractContextManager[object]:
 
     threadpoolctl comes with scikit-learn; without it BLAS keeps its threads: slower, the same result.
     """
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    """The controller (threadpoolctl) of the loaded BLAS libraries, or None without threadpoolctl.
+
+    Made once: finding the libraries walks every shared object of the process (≈ 1 ms a call). A BLAS loaded
+    later is not seen, which only makes it keep its threads (slower, the same result).
+    """
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+        return None
+    return ThreadpoolController()
 
 
 class _Heaps:
@@ -150,7 +190,3 @@ class _Heaps:
         rows, cols = values.shape
         self.heaps.addn(cols, self.faiss.swig_ptr(values), first_id, first_row, rows)
 
-    def merge(self, other: _Heaps) -> None:
-        """Offer every entry of ``other`` (unfilled slots hold +inf and are never kept)."""
-        k = self.idx.shape[1]
-        self.heaps.addn_with_ids(k, self.faiss.swig_ptr(other.dist), self.faiss.swig_ptr(other.idx), k)

@@ -51,12 +51,25 @@ def per_query_metrics(eval_context: EvalContext, specs: Sequence[tuple[str, Any]
             h = hits[start:start + block]
             r = relevant[start:start + block]
             hf = h.astype(np.float64)
-            precision_hits = np.cumsum(hf, axis=1) / ranks * hf  # P(i)·rel_i
+            precision_hits = _hit_counts(h) / ranks * hf  # P(i)·rel_i
             for spec in todo:
                 out[spec][start:start + block] = _evaluate_spec(spec, h, hf, precision_hits, r, ranks)
         for spec, values in out.items():
             eval_context.cache[("per_query", spec)] = values
     return {spec_key(s): eval_context.cache[("per_query", s)] for s in specs}
+
+
+def _hit_counts(h: np.ndarray) -> np.ndarray:
+    """``Σ_{j≤i} rel_j`` for every row and rank as float64 (exact: small integers), like ``np.cumsum(h, axis=1)``.
+
+    Accumulated one rank at a time over all rows at once: ``np.cumsum`` along rows of a few dozen columns makes
+    one short inner loop per row, ~10× slower on the CUB-size set (6,000 × 34: ~2 ms against ~0.2 ms).
+    """
+    counts = h.T.astype(np.float64)  # ranks × rows in the memory order of h (no transposing copy)
+    for i in range(1, len(counts)):
+        counts[i] += counts[i - 1]
+    # C order again (a view here, no copy): the sums over ranks that follow add in the same order as before.
+    return np.ascontiguousarray(counts.T)
 
 
 def spec_depth(eval_context: EvalContext, spec: tuple[str, Any]) -> int | np.ndarray:

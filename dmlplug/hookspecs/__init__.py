@@ -8,7 +8,9 @@ Registration hooks (``register_<kind>``) take one argument, the host-owned ``reg
 
     register(name, factory, *, params=ParamsModel, description="...", aliases=(), tags=(), requires=())
 
-``tags`` and ``requires`` declare capabilities that ``dmlplug validate`` checks before anything is built.
+``params`` may instead be a function of no arguments returning the model, called when the parameters are first
+read (a plugin that generates many models makes none of them while the host loads). ``tags`` and ``requires``
+declare capabilities that ``dmlplug validate`` checks before anything is built.
 ``factory(params, ctx)`` (:class:`dmlplug.protocols.Factory`) is called only when a recipe (or
 :func:`dmlplug.create`) builds the component; it imports torch / PML / timm inside its body (plugins load fast),
 and what it returns is checked against the kind's Protocol (:data:`dmlplug.protocols.KIND_PROTOCOLS`).

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Factory(Protocol[P_contra]):
 class Register(Protocol):
     """The host-owned callback every ``register_<kind>`` hook receives."""
 
-    def __call__(self, name: str, factory: Factory[P], *, params: type[P] | None = None,
+    def __call__(self, name: str, factory: Factory[P], *, params: type[P] | Callable[[], type[P]] | None = None,
                  description: str | None = None, aliases: Sequence[str] = (), tags: Sequence[str] = (),
                  requires: Sequence[str] = ()) -> None:
         """Register ``factory`` under ``name``.
@@ -44,7 +44,9 @@ class Register(Protocol):
         Args:
             name: The name recipes use.
             factory: ``factory(params, ctx)``.
-            params: A :class:`dmlplug.Params` subclass (no parameters when omitted).
+            params: A :class:`dmlplug.Params` subclass (no parameters when omitted), or a function of no arguments
+                returning one, called the first time the parameters are read: for a plugin that generates many
+                models (the PML adapter), so that loading the host does not make them all.
             description: One line for ``dmlplug list`` and the generated docs.
             aliases: Other names that resolve to this component.
             tags: Capabilities it offers (``"proxies"``, ``"uses_tuples"``, ``"feature_map"`` …).

@@ -76,6 +76,19 @@ class HasRandomSources(Protocol):
 
 
 @runtime_checkable
+class HasTensorInput(Protocol):
+    """An augmentation policy that says whether it accepts a ``3×H×W`` uint8 tensor as well as a PIL image.
+
+    ``True``: the engine hands it the tensor of a source that has ``load_tensor`` (decoded by
+    ``torchvision.io`` or taken straight from an in-memory array, skipping the PIL round trip); ``False``, the
+    default: always a PIL image, so a policy written for PIL (e.g. with ``transforms.ToTensor``) works on every
+    dataset. The built-ins and pipelines of ``normalized_pipeline`` declare ``True``.
+    """
+
+    tensor_input: bool
+
+
+@runtime_checkable
 class HasEmaMomentum(Protocol):
     """A component that requires ``"ema"`` says how fast the engine's EMA model follows the model."""
 

@@ -81,7 +81,7 @@ def check_glyph_splits(params: GlyphsParams) -> None:
     if len(families) < params.num_classes:
         return
     try:
-        split_glyph_classes(families, params.split, params.test_families, params.val_fraction, params.seed)
+        glyph_split_counts(families, params.split, params.test_families, params.val_fraction)
     except DataError as exc:
         smallest = smallest_valid_num_classes(params)
         if smallest is None:
@@ -101,8 +101,7 @@ def split_class_counts(params: GlyphsParams) -> dict[str, int] | None:
     families = catalog_families(params.num_classes, params.families)
     if len(families) < params.num_classes:
         return None
-    splits = split_glyph_classes(families, params.split, params.test_families, params.val_fraction, params.seed)
-    return {name: len(classes) for name, classes in splits.items()}
+    return glyph_split_counts(families, params.split, params.test_families, params.val_fraction)
 
 
 def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
@@ -114,8 +113,7 @@ def smallest_valid_num_classes(params: GlyphsParams) -> int | None:
     every = catalog_families(sum(CATALOG_FAMILY_SIZES.values()), params.families)
     for count in range(params.num_classes + 1, len(every) + 1):
         try:
-            split_glyph_classes(every[:count], params.split, params.test_families, params.val_fraction,
-                                params.seed)
+            glyph_split_counts(every[:count], params.split, params.test_families, params.val_fraction)
         except DataError:
             continue
         return count
@@ -252,6 +250,25 @@ def _write_cache(path: Path, key: str, arrays: GlyphArrays) -> None:
             os.unlink(temp_name)
 
 
+def glyph_split_counts(families: list[str], split: str = "interleaved", test_families: list[str] | None = None,
+                       val_fraction: float = 0.0) -> dict[str, int]:
+    """The number of classes :func:`split_glyph_classes` puts in each split, and its errors, without numpy.
+
+    ``dmlplug validate`` checks the split sizes of every glyph recipe: which classes go to validation is random,
+    how many is not, so the check needs no generator (importing numpy would double validate's start-up).
+
+    Raises:
+        DataError: As :func:`split_glyph_classes`.
+    """
+    is_test = _test_classes(families, split, test_families)
+    counts = {"train": is_test.count(False), "test": is_test.count(True)}
+    if val_fraction > 0:
+        counts["val"] = min(_val_count(val_fraction, counts["train"]), counts["train"])
+        counts["train"] -= counts["val"]
+    _check_split_counts(counts, families, split)
+    return counts
+
+
 def split_glyph_classes(families: list[str], split: str = "interleaved",
                         test_families: list[str] | None = None, val_fraction: float = 0.0,
                         seed: int = 0) -> dict[str, np.ndarray]:
@@ -273,40 +290,51 @@ def split_glyph_classes(families: list[str], split: str = "interleaved",
     """
     import numpy as np
 
+    is_test_array = np.asarray(_test_classes(families, split, test_families), dtype=bool)
+    splits = {"train": np.flatnonzero(~is_test_array), "test": np.flatnonzero(is_test_array)}
+    if val_fraction > 0:
+        train = splits["train"]
+        chosen = np.zeros(len(train), dtype=bool)
+        count = _val_count(val_fraction, len(train))
+        chosen[np.random.default_rng([seed, 2]).permutation(len(train))[:count]] = True
+        splits["train"], splits["val"] = train[~chosen], train[chosen]
+    _check_split_counts({name: len(classes) for name, classes in splits.items()}, families, split)
+    return {name: classes.astype(np.int64) for name, classes in splits.items()}
+
+
+def _test_classes(families: list[str], split: str, test_families: list[str] | None) -> list[bool]:
+    """Whether each class is a test class (the split rules of :func:`split_glyph_classes`)."""
     if split == "interleaved":
         position: dict[str, int] = {}
         is_test = []
         for family in families:
             is_test.append(position.get(family, 0) % 2 == 1)
             position[family] = position.get(family, 0) + 1
-    elif split == "families":
+        return is_test
+    if split == "families":
         held_out = set(test_families or DEFAULT_TEST_FAMILIES)
-        is_test = [family in held_out for family in families]
-    else:
-        raise DataError(f"unknown glyph split {split!r}", where="dataset.split",
-                        fix='use "interleaved" or "families"')
-    is_test_array = np.asarray(is_test, dtype=bool)
-    splits = {"train": np.flatnonzero(~is_test_array), "test": np.flatnonzero(is_test_array)}
-    if val_fraction > 0:
-        train = splits["train"]
-        count = max(1, round(val_fraction * len(train)))
-        chosen = np.zeros(len(train), dtype=bool)
-        chosen[np.random.default_rng([seed, 2]).permutation(len(train))[:count]] = True
-        splits["train"], splits["val"] = train[~chosen], train[chosen]
-    from dmlplug.data.splits import MIN_SPLIT_CLASSES
+        return [family in held_out for family in families]
+    raise DataError(f"unknown glyph split {split!r}", where="dataset.split", fix='use "interleaved" or "families"')
 
-    for name, classes in splits.items():
+
+def _val_count(val_fraction: float, train_classes: int) -> int:
+    return max(1, round(val_fraction * train_classes))
+
+
+def _check_split_counts(counts: dict[str, int], families: list[str], split: str) -> None:
+    from dmlplug.params import MIN_SPLIT_CLASSES  # not from dmlplug.data.splits, which imports numpy
+
+    for name, count in counts.items():
         # A run refuses a split of one class too (dmlplug.data.splits.check_split_sizes): catching it here lets
         # validate say so, and makes smallest_valid_num_classes suggest a count that gives every split two.
-        if len(classes) < MIN_SPLIT_CLASSES:
-            found = f"only {len(classes)} class" if len(classes) else "no classes"
+        if count < MIN_SPLIT_CLASSES:
+            found = f"only {count} class" if count else "no classes"
             raise DataError(
                 f"the glyph dataset's {name} split has {found}, fewer than the {MIN_SPLIT_CLASSES} a run needs "
                 f"({len(families)} classes, split={split!r})",
                 where="dataset",
                 fix="use more classes (num_classes), another split or test_families, or a smaller val_fraction",
             )
-    return {name: classes.astype(np.int64) for name, classes in splits.items()}
 
 
 def build_bundle(params: GlyphsParams) -> DatasetBundle:

@@ -19,6 +19,7 @@ factories import :mod:`.builders` (torch and PML) inside their bodies, :mod:`.ad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -36,7 +37,15 @@ from dmlplug_builtins.pml.catalog import (
     PmlClass,
     by_name,
 )
-from dmlplug_builtins.pml.introspect import PmlParams, arg_field, camel, params_model, pml_arguments
+from dmlplug_builtins.pml.introspect import (
+    PmlParams,
+    arg_field,
+    camel,
+    check_fits,
+    deferred_params_model,
+    params_model,
+    pml_arguments,
+)
 
 # ----------------------------------------------------------------------------------------------------------
 # Params of the wrappers, the composite reducers and the step regularizers
@@ -124,6 +133,12 @@ def step_regularizer_params(spec: PmlClass) -> type[Params]:
     return model
 
 
+def deferred_step_regularizer_params(spec: PmlClass) -> Callable[[], type[Params]]:
+    """:func:`step_regularizer_params` made on first read (as :func:`.introspect.deferred_params_model`)."""
+    check_fits(spec)
+    return partial(step_regularizer_params, spec)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Factories (torch and PML imported inside)
 
@@ -202,7 +217,7 @@ _WRAPPER_FACTORIES: dict[str, tuple[Any, type[Params]]] = {
 def register_losses(register: Register) -> None:
     """Every PML loss and its wrappers."""
     for spec in LOSSES:
-        register(spec.name, partial(build_pml_loss, spec), params=params_model(spec, "loss"),
+        register(spec.name, partial(build_pml_loss, spec), params=deferred_params_model(spec, "loss"),
                  description=spec.description, aliases=spec.aliases, tags=spec.tags, requires=spec.requires)
     for spec in WRAPPERS:
         factory, model = _WRAPPER_FACTORIES[spec.name]
@@ -214,7 +229,7 @@ def register_losses(register: Register) -> None:
 def register_miners(register: Register) -> None:
     """Every PML miner."""
     for spec in MINERS:
-        register(spec.name, partial(build_pml_miner, spec), params=params_model(spec, "miner"),
+        register(spec.name, partial(build_pml_miner, spec), params=deferred_params_model(spec, "miner"),
                  description=spec.description, aliases=spec.aliases, tags=spec.tags, requires=spec.requires)
 
 
@@ -222,15 +237,16 @@ def register_miners(register: Register) -> None:
 def register_distances(register: Register) -> None:
     """Every PML distance."""
     for spec in DISTANCES:
-        register(spec.name, partial(build_pml_distance, spec), params=params_model(spec, "distance", base=Params),
-                 description=spec.description, aliases=spec.aliases, tags=spec.tags, requires=spec.requires)
+        register(spec.name, partial(build_pml_distance, spec),
+                 params=deferred_params_model(spec, "distance", base=Params), description=spec.description,
+                 aliases=spec.aliases, tags=spec.tags, requires=spec.requires)
 
 
 @hookimpl
 def register_reducers(register: Register) -> None:
     """Every PML reducer; ``multiple`` and ``per_anchor`` take nested reducer tables."""
     for spec in REDUCERS:
-        model = params_model(spec, "reducer", extra=_COMPOSITE_FIELDS.get(spec.name), base=Params)
+        model = deferred_params_model(spec, "reducer", extra=_COMPOSITE_FIELDS.get(spec.name), base=Params)
         register(spec.name, partial(build_pml_reducer, spec), params=model,
                  description=spec.description, aliases=spec.aliases, tags=spec.tags, requires=spec.requires)
 
@@ -245,5 +261,5 @@ def register_regularizers(register: Register) -> None:
             requires = ()
         else:
             requires = ("loss:proxies",)
-        register(spec.name, partial(build_step_regularizer, spec), params=step_regularizer_params(spec),
+        register(spec.name, partial(build_step_regularizer, spec), params=deferred_step_regularizer_params(spec),
                  description=f"PML {spec.cls}: {spec.description}", aliases=spec.aliases, requires=requires)

@@ -1,8 +1,9 @@
 """Params models of the PML catalogue: PML's signatures (names, defaults) plus the catalogue (types, descriptions).
 
-Everything here is torch-free: the models are generated when the plugin is loaded from :mod:`.catalog` and the
-stored signatures of the installed PML (:mod:`.signatures`), and validate recipes before anything heavy is
-imported.
+Everything here is torch-free: the models are generated from :mod:`.catalog` and the stored signatures of the
+installed PML (:mod:`.signatures`), each the first time it is read (the plugin registers
+:func:`deferred_params_model`; whether PML fits the catalogue is checked when the plugin loads), and validate
+recipes before anything heavy is imported.
 
 Arguments of a class become fields as follows:
     * an :class:`~dmlplug_builtins.pml.catalog.Arg` of the catalogue: a field of its type, with PML's default
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import types
 import typing
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, create_model
@@ -130,6 +132,29 @@ class PmlParams(Params):
     def optimizer_group_names(self, section: str) -> tuple[str, ...]:
         """A PML loss's parameters (ArcFace weights, proxies …), if it has any, form one group: ``section``."""
         return (section,)
+
+
+def check_fits(spec: PmlClass) -> None:
+    """Check, without making a model, that the installed PML has ``spec``'s class and every argument it needs.
+
+    Raises:
+        PluginError: As :func:`params_model` would (the catalogue does not fit this PML version).
+    """
+    pml = pml_arguments(spec)
+    for arg in spec.args:
+        recipe_default(arg, pml.get(arg.stands_for or arg.name), spec)
+
+
+def deferred_params_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None,
+                          base: type[Params] = PmlParams) -> Callable[[], type[Params]]:
+    """:func:`params_model` as ``register`` takes it: made the first time it is read, checked now.
+
+    Making the models of the whole catalogue cost more than the rest of the host's start-up together; a command
+    reads the few its recipe names. Whether the installed PML fits the catalogue is still checked when the plugin
+    loads (:func:`check_fits`), so a mismatch stays the plugin's load error.
+    """
+    check_fits(spec)
+    return partial(params_model, spec, kind, extra, base)
 
 
 def params_model(spec: PmlClass, kind: str, extra: dict[str, tuple[Any, Any]] | None = None,

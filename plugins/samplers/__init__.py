@@ -12,15 +12,12 @@ array aligned with ``train_labels``); it declares ``requires=("dataset:super_lab
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from pydantic import Field
 
 from dmlplug import BuildContext, Params, hookimpl
 from dmlplug.errors import ComponentError
-
-log = logging.getLogger("dmlplug.samplers")
 
 _EPOCH = "Batches per epoch (default: floor(number of training samples / batch size))."
 
@@ -87,11 +84,14 @@ def _common(ctx: BuildContext, who: str) -> tuple[Any, int, int]:
 def _warn_repeats(labels: Any, per_class: int, what: str, who: str) -> None:
     # Legal but unusual: a class with fewer images than a batch takes of it repeats images in that batch. The
     # recipe alone may not tell (dmlplug validate warns when the dataset declares its class sizes), the labels do.
+    import logging  # here, not at module level: loading the plugin host would pay for it (CONTRIBUTING.md)
+
     import numpy as np
 
     counts = np.bincount(labels)
     small = counts[(counts > 0) & (counts < per_class)]
     if len(small):
+        log = logging.getLogger("dmlplug.samplers")
         log.warning("warning: sampler %r takes %s = %d images of a class per batch, but %d of the %d training "
                     "classes have fewer (the smallest %d): their images repeat within a batch; use %s <= %d, or "
                     "more images per class", who, what, per_class, len(small), int((counts > 0).sum()),

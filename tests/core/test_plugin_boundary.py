@@ -41,6 +41,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "dmlplug.data.image_files",
     "dmlplug.data.splits",
     "dmlplug.data.transforms",
+    "dmlplug.data.image_ops",
     "dmlplug.data.download",
     "dmlplug.evaluation.*",
     "dmlplug.files",

@@ -133,6 +133,33 @@ def test_params_must_be_a_params_model():
         registry.register_callback("losses", "p")("bad", factory, params=dict)
 
 
+def test_params_given_as_a_function_are_made_when_first_read_and_kept():
+    calls = []
+
+    def make():
+        calls.append("made")
+        return MarginParams
+
+    registry = Registry()
+    registry.register_callback("losses", "p1")("m", factory, params=make)
+    info = registry.get("losses", "m")
+    assert calls == []
+    assert info.validate({"margin": 0.5}, "loss").margin == 0.5 and info.params is MarginParams
+    assert calls == ["made"]
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: dict, "its params function returned <class 'dict'>, not a subclass of dmlplug.Params"),
+    (lambda: 1 / 0, "its params function failed: ZeroDivisionError"),
+])
+def test_a_params_function_that_fails_is_the_plugins_error(make, message):
+    registry = Registry()
+    registry.register_callback("losses", "p1")("m", factory, params=make)
+    with pytest.raises(PluginError, match=message) as err:
+        registry.get("losses", "m").validate({}, "loss")
+    assert err.value.where == "plugin 'p1'"
+
+
 class _GoodPlugin:
     @hookimpl
     def register_losses(self, register):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from dmlplug_builtins.datasets.glyphs import (
     cache_file,
     catalog_families,
     generate_glyphs,
+    glyph_split_counts,
     load_glyphs,
     split_glyph_classes,
 )
@@ -325,6 +327,22 @@ SPLIT_SETTINGS = [
     {"split": "families", "test_families": ["yijing"]},
     {"split": "families", "test_families": ["latin_upper"], "val_fraction": 0.3},
 ]
+
+
+@pytest.mark.parametrize("settings", SPLIT_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_the_numpy_free_counts_are_the_sizes_and_errors_of_the_split(settings):
+    # validate counts the classes of each split without numpy (docs/performance.md, "Start-up"): the counts must be
+    # the sizes of the split a run builds, and refuse what it refuses with the same message.
+    catalog = glyph_render.glyph_catalog()
+    for num_classes in range(0, 80, 3):
+        families = [e.family for e in catalog[:num_classes]]
+        try:
+            expected = {k: len(v) for k, v in split_glyph_classes(families, seed=0, **settings).items()}
+        except DataError as exc:
+            with pytest.raises(DataError, match=re.escape(exc.what)):
+                glyph_split_counts(families, **settings)
+        else:
+            assert glyph_split_counts(families, **settings) == expected
 
 
 @pytest.mark.parametrize("settings", SPLIT_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))

@@ -148,8 +148,8 @@ def test_transformed_source_uses_tensors_and_matches_the_pil_path(tmp_path):
     assert calls[0] is torch.Tensor and calls[1] is not torch.Tensor
 
 
-def test_a_subset_of_a_file_source_keeps_the_tensor_path_and_others_do_not_gain_it(tmp_path):
-    from dmlplug.data.base import ArraySource
+def test_a_subset_keeps_the_tensor_path_of_its_parent_and_a_source_without_one_does_not_gain_it(tmp_path):
+    from dmlplug.data.base import ArraySource, ImageSource
 
     paths = []
     for i in range(3):
@@ -157,5 +157,11 @@ def test_a_subset_of_a_file_source_keeps_the_tensor_path_and_others_do_not_gain_
         _photo(size=(40, 30), seed=i).save(paths[-1], "JPEG")
     subset = FileImageSource(paths, [0, 1, 1], ["a", "b"]).subset(np.array([2, 0]))
     assert torch.equal(subset.load_tensor(0), decode_image_tensor(str(paths[2])))
-    in_memory = ArraySource(np.zeros((2, 4, 4), np.uint8), np.array([0, 1]), ["a", "b"]).subset(np.array([1]))
-    assert not hasattr(in_memory, "load_tensor")  # TransformedSource then uses load_image
+    in_memory = ArraySource(np.arange(32, dtype=np.uint8).reshape(2, 4, 4), np.array([0, 1]), ["a", "b"])
+    assert np.array_equal(in_memory.subset(np.array([1])).load_tensor(0).numpy(),
+                          np.asarray(in_memory.load_image(1)).transpose(2, 0, 1))
+
+    class PilOnly(ImageSource):
+        labels, class_names = np.array([0, 1]), ["a", "b"]
+
+    assert not hasattr(PilOnly().subset(np.array([1])), "load_tensor")  # TransformedSource then uses load_image

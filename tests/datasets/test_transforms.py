@@ -159,3 +159,16 @@ def test_pil_images_and_uint8_tensors_give_the_same_result(mode):
     from_tensor = transform(pil_to_tensor(image))
     assert type(from_pil) is torch.Tensor and from_pil.dtype == torch.float32
     assert torch.equal(from_pil, from_tensor)
+
+
+def test_only_policies_that_declare_tensor_input_are_given_tensors():
+    from dmlplug.data.transforms import MultiView, accepts_tensors, normalized_pipeline
+
+    class PilOnly:
+        def __call__(self, image):
+            return image
+
+    lean = build_transform("train", augment="dml", image_size=8)
+    assert accepts_tensors(lean) and accepts_tensors(normalized_pipeline([]))
+    assert not accepts_tensors(PilOnly())
+    assert accepts_tensors(MultiView([lean, lean])) and not accepts_tensors(MultiView([lean, PilOnly()]))

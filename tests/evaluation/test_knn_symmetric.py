@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from eval_helpers import brute_knn, clustered
 
-from dmlplug.evaluation import EvalContext, knn_symmetric
+from dmlplug.evaluation import EvalContext, knn_rerank, knn_symmetric
 from dmlplug.evaluation import knn as knn_module
 from dmlplug.evaluation.knn import exact_knn
 from dmlplug.evaluation.knn_symmetric import symmetric_knn
@@ -143,3 +143,68 @@ def test_no_symmetric_search_for_query_gallery_splits_or_a_tiny_budget(small_blo
     got, _ = exact_knn(x, x, 6, self_pos=self_pos, backend="faiss-cpu", budget_bytes=4096)
     assert small_blocks == []  # every thread's heaps for all the queries would not fit
     np.testing.assert_array_equal(got, brute_knn(x, x, self_pos)[:, :6])
+
+
+def test_one_set_of_heaps_for_all_threads_fits_the_budget(small_blocks, omp_threads):
+    x, _ = _tied_set(seed=5)
+    self_pos = np.arange(len(x))
+    width = 6 + 2 + 8  # k + 2 + slack
+    budget = 2 * len(x) * width * 12  # the heaps of one thread, not of three
+    got, _ = exact_knn(x, x, 6, self_pos=self_pos, backend="faiss-cpu", budget_bytes=budget)
+    assert small_blocks == [omp_threads]
+    np.testing.assert_array_equal(got, brute_knn(x, x, self_pos)[:, :6])
+
+
+@pytest.mark.parametrize("relevance", [False, True])
+def test_rows_shared_among_threads_give_the_one_thread_result(small_blocks, monkeypatch, relevance):
+    x, y = _tied_set(seed=6)
+    self_pos = np.arange(len(x))
+    depth = np.random.default_rng(1).integers(1, 9, len(x))
+    parts = []
+    canonical = knn_rerank._canonical
+
+    def spy(job, rows, *args):
+        parts.append(len(rows))
+        return canonical(job, rows, *args)
+
+    monkeypatch.setattr(knn_rerank, "_canonical", spy)
+    monkeypatch.setattr(knn_rerank, "MIN_ROWS_PER_THREAD", 16)
+    kwargs = {"self_pos": self_pos, "backend": "faiss-cpu", "budget_bytes": 1 << 20, "depth": depth,
+              "relevance": (y, y) if relevance else None}
+    results = {}
+    before = faiss.omp_get_max_threads()
+    try:
+        for threads in (1, 3):
+            faiss.omp_set_num_threads(threads)
+            results[threads] = exact_knn(x, x, 8, **kwargs)
+    finally:
+        faiss.omp_set_num_threads(before)
+    assert parts[0] == len(x) and sorted(parts[1:]) == sorted(len(p) for p in np.array_split(self_pos, 3))
+    (one, stats_one), (three, stats_three) = results[1], results[3]
+    assert stats_one.reranked > 0 and stats_three.reranked > 0
+    want = brute_knn(x, x, self_pos)
+    for row, d in enumerate(depth):
+        for got in (one, three):
+            if not relevance:
+                np.testing.assert_array_equal(got[row, :d], want[row, :d])
+            else:  # canonical up to swaps of equally relevant neighbours
+                np.testing.assert_array_equal(y[got[row, :d]] == y[row], y[want[row, :d]] == y[row])
+
+
+def test_blas_is_single_threaded_while_the_blocks_are_multiplied():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    for _ in range(2):  # the controller made for the first search serves the next ones
+        with knn_symmetric._serial_blas():
+            assert set(blas_threads()) == {1}
+        assert blas_threads() == before
+
+
+def test_an_error_in_one_thread_reaches_the_caller_without_stalling_the_others():
+    x, _ = _tied_set(seed=7)
+    with pytest.raises(TypeError):  # float64 rows cannot be written into the float32 norms of each share
+        symmetric_knn(x.astype(np.float64), 5, threads=3, budget_bytes=4096)

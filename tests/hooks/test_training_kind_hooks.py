@@ -9,7 +9,7 @@ throwaway data and model of :mod:`throwaway`, 2 epochs of 4 steps).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -101,6 +101,7 @@ class Jitter:
     noise: float
     calls: int = 0
     eval_crop: bool = False  # evaluation resizes to a square, as the training images
+    inputs: set = field(default_factory=set)  # the types of the images it was given
 
     def __post_init__(self):
         from torchvision.transforms import v2
@@ -113,6 +114,7 @@ class Jitter:
         import torch
 
         self.calls += 1
+        self.inputs.add(type(image).__module__.split(".")[0])
         x = self.base(image)
         return x + self.noise * torch.randn_like(x)
 
@@ -287,7 +289,9 @@ def test_registered_augmentation_transforms_the_training_images(trained):
     params, ctx, jitter = _built_once(trained, "augmentations")
     assert params.noise == 0.01 and ctx.image_size == 16
     assert jitter.calls == 2 * 4 * 8  # every training sample of 2 epochs of 4 batches of 8 (no loader workers)
+    # it declares no tensor_input, so it got PIL images although the source could hand it tensors
     run = trained.recorder.of("on_run_start")[0].run
+    assert jitter.inputs == {"PIL"} and hasattr(run.dataset.train, "load_tensor")
     # evaluation stays the engine's: here a square resize, as the policy's eval_crop asks
     steps = [type(step).__name__ for step in run.test_transform.transforms]
     assert steps == ["ToImage", "Resize", "ToDtype", "Normalize", "ToPureTensor"]

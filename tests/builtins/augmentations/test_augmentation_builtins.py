@@ -64,8 +64,10 @@ def test_the_engines_transforms_are_those_of_before(policy, resize_size):
 
     recipe = _recipe(policy, resize_size)
     train, test = build_transforms(recipe, SimpleNamespace(default_augment="dml"), ctx=CTX)
-    _same(train, old_build_transform("train", augment=policy, image_size=32, resize_size=resize_size), _photo())
-    _same(test, old_build_transform("test", augment=policy, image_size=32, resize_size=resize_size), _photo())
+    tensor = torch.from_numpy(np.array(_photo())).permute(2, 0, 1).contiguous()  # what load_tensor hands them
+    for image in (_photo(), tensor):
+        _same(train, old_build_transform("train", augment=policy, image_size=32, resize_size=resize_size), image)
+        _same(test, old_build_transform("test", augment=policy, image_size=32, resize_size=resize_size), image)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
