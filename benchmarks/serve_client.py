@@ -74,6 +74,56 @@ class Served:
                 self.process.wait()
 
 
+#: The HTTP floor: FastAPI on uvicorn (the server's stack, httptools and uvloop when installed) answering
+#: ``POST /v1/search`` with a constant once it has read the body; no form is split, no image decoded, no model
+#: run. What one request costs the same client and the same stack before any work of the server's own.
+FLOOR_APP = """
+import sys, uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+app = FastAPI()
+ANSWER = b'{"threshold": null, "results": [{"query": "q", "matches": []}]}'
+@app.post("/v1/search")
+async def search(request: Request) -> Response:
+    await request.body()
+    return Response(ANSWER, media_type="application/json")
+@app.get("/readyz")
+async def readyz() -> dict:
+    return {"status": "ready"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+class Floor(Served):
+    """A uvicorn process serving :data:`FLOOR_APP` (no ``/metrics``: measured with :func:`drive` alone)."""
+
+    def __init__(self, log: Path, timeout: float = 120.0):  # noqa: D107 - the parent's, without a bundle
+        import socket
+
+        with socket.socket() as probe:  # a free port (uvicorn prints none when given 0)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.log, self.url = log, f"http://127.0.0.1:{port}/"
+        with open(log, "wb") as err:
+            self.process = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(port)], stdout=subprocess.DEVNULL,
+                                            stderr=err)
+        deadline = time.monotonic() + timeout
+        while not self._ready(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"the HTTP floor's server did not start:\n{log.read_text()}")
+            time.sleep(0.2)
+
+
+def measure_floor(server: Floor, bodies: list[bytes], concurrency: int, seconds: float) -> dict:
+    """One timed phase of the HTTP floor, with its server's CPU time per request."""
+    time.sleep(PAUSE)
+    cpu = server.cpu_seconds()
+    row = drive(server.url, bodies, concurrency, seconds)
+    row.update(server_cpu_ms=(server.cpu_seconds() - cpu) / row["images"] * 1e3, batch=1.0)
+    return row
+
+
 def tree_cpu(pid: int) -> float:
     """User + system seconds of ``pid`` and its living descendants (Linux ``/proc``)."""
     try:

@@ -15,10 +15,15 @@ the time of the batch an image is in. The floor a ratio ("x bare") divides by is
 Before timing, both sides answer the same queries and their top-``k`` similarities are compared (``check``), so the
 floor does the server's work.
 
-Per concurrency, each round runs the bare loops, then every served variant, each for ``--seconds`` (alternating;
-medians over ``--rounds``, spread min–max). The server's ``/metrics`` deltas split a request's time into decode,
-embed (the wait for a batch included), search and the rest in the app (multipart parsing, JSON); "outside" is the
-client's latency minus the app's time (HTTP in uvicorn, the event loop's queue, the client).
+The HTTP floor (``http floor``): the same client against FastAPI on uvicorn answering ``POST /v1/search`` with a
+constant once it has read the body (no form, no image, no model): the requests/s that HTTP alone allows on these
+cores, a ceiling for any served variant.
+
+Per concurrency, each round runs the bare loops, then every served variant and the floor, each for ``--seconds``
+(alternating; medians over ``--rounds``, spread min–max). The server's ``/metrics`` deltas split a request's time
+into decode (in the batch's thread), embed (the wait for a batch included), search and the rest in the app (the
+form, JSON); "outside" is the client's latency minus the app's time (HTTP in uvicorn, the event loop's queue, the
+client).
 
 Without ``--bundle`` the benchmark makes its own: the quickstart recipe (``--model``, ``--image-size``) at epoch 0
 (random weights: speed does not depend on them), exported to ONNX, and ``--gallery-size`` PNGs of its glyph test
@@ -49,9 +54,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
-from serve_client import PAUSE, Served, drive, measure_served, multipart, percentile, post
+from serve_client import PAUSE, Floor, Served, drive, measure_floor, measure_served, multipart, percentile, post
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The variant name of the HTTP floor's rows (serve_client.FLOOR_APP).
+FLOOR = "http floor (constant answer)"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -224,7 +231,9 @@ def report(result: dict) -> None:
               f"{optional(s, 'client_cpu_us', '.0f'):>17}")
     print("\nwhere a request's time goes (mean ms per request; bare: µs per image)")
     for row in result["rows"]:
-        parts = row["summary"].get("stages_ms") or row["summary"]["stages_us"]
+        parts = row["summary"].get("stages_ms") or row["summary"].get("stages_us")
+        if parts is None:  # the HTTP floor: no stages
+            continue
         extra = f", model call {row['summary']['model_ms_per_batch']:.2f} ms/batch" if "stages_ms" in \
             row["summary"] else ""
         print(f"{row['concurrency']:>5} {row['variant']:<30} " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
@@ -246,6 +255,10 @@ def headline(rows: list[dict], target: float) -> list[str]:
         verdict = "met" if ratio >= target else f"NOT met (it needs {(target / ratio - 1) * 100:.0f}% more images/s)"
         lines.append(f"target: served (batched) / the faster bare loop at concurrency 8 = {ratio:.2f}x (>= {target}x): "
                      f"{verdict}")
+    if (8, FLOOR) in by:
+        lines.append(f"HTTP floor at concurrency 8: {by[8, FLOOR]:.0f} requests/s (FastAPI on uvicorn answering a "
+                     f"constant, the same client) = {by[8, FLOOR] / floor(rows, 8):.2f}x the faster bare loop's "
+                     "images/s")
     for c in sorted({c for c, _ in by}):
         if (c, "batched") in by and (c, "one-at-a-time") in by:
             lines.append(f"batching gain at concurrency {c}: {by[c, 'batched'] / by[c, 'one-at-a-time']:.2f}x "
@@ -299,7 +312,10 @@ def main() -> None:
         if not args.thread_concurrency:
             variants = {name: variants[name] for name in ("batched", "one-at-a-time")}
         servers: dict[str, Served] = {}
+        http_floor = None
         try:
+            http_floor = Floor(work / "floor.log")
+            drive(http_floor.url, bodies, 4, 0.5)
             for name, options in variants.items():
                 servers[name] = Served(args.bundle, work / "index", options, work / f"{len(servers)}.log")
                 drive(servers[name].url, bodies, 4, 0.5)  # warm-up: sessions, thread pools, first batches
@@ -313,9 +329,10 @@ def main() -> None:
                     for name, server in servers.items():
                         if "thread" not in name or c in args.thread_concurrency:
                             phases.setdefault((c, name), []).append(measure_served(server, bodies, c, args.seconds))
+                    phases.setdefault((c, FLOOR), []).append(measure_floor(http_floor, bodies, c, args.seconds))
                 load.append(os.getloadavg()[0])
         finally:
-            for server in servers.values():
+            for server in [*servers.values(), *([http_floor] if http_floor else [])]:
                 server.stop()
     rows = [{"concurrency": c, "variant": name, "summary": summarise(runs), "rounds": runs}
             for (c, name), runs in phases.items()]

@@ -66,6 +66,9 @@ class OnnxRunner:
         if threads is not None:  # e.g. a server's workers sharing the cores; by default every core
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+            # Idle threads sleep instead of spinning for the next call: between a server's model calls they would
+            # otherwise take the cores from the threads that parse requests and decode images.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=providers)
 
     def __call__(self, batch: torch.Tensor) -> np.ndarray:

@@ -4,8 +4,9 @@ A FastAPI app on uvicorn over a verified bundle and index: ``POST /v1/search`` (
 ``POST /v1/embed``, ``POST /v1/items`` and ``DELETE /v1/items/{id}`` (with an API key), ``/healthz``, ``/readyz``,
 ``/metrics`` (Prometheus) and a search page at ``/``. It uses dmlplug's public API only
 (:mod:`dmlplug.bundle.api`), as any plugin could. Modules: :mod:`.command` (the command), :mod:`.app` (routes),
-:mod:`.service` (bundle, index, writes), :mod:`.batching` (dynamic batching), :mod:`.decode` (safe image
-decoding), :mod:`.limits` (body size), :mod:`.auth` (API key), :mod:`.metrics`, :mod:`.settings`, ``page/``.
+:mod:`.service` (bundle, index, writes), :mod:`.batching` (dynamic batching), :mod:`.form` (multipart bodies, by
+python-multipart's parser), :mod:`.decode` (safe image decoding), :mod:`.preprocess` (the bundle's preprocessing
+per batch), :mod:`.limits` (body size), :mod:`.auth` (API key), :mod:`.metrics`, :mod:`.settings`, ``page/``.
 
 It needs the ``serve`` extra (``pip install "dmlplug[serve]"``); without it the command says so. Nothing here is
 imported until the command runs, so the CLI starts as fast without it.

@@ -1,13 +1,15 @@
 """The FastAPI application: routes, errors as JSON, metrics, the page; :func:`create_app` builds it.
 
-Every route's work that takes CPU (decoding, searching, writing) runs in a thread, so the event loop only
-routes; embedding goes through the :class:`~.batching.Batcher`. Errors the client caused are ``4xx`` with
-``{"error", "where", "fix"}``; anything else is a ``500`` whose body says only that the server failed (the
-traceback goes to the server's log, never to the client).
+The event loop parses requests and writes answers; uploads are decoded and embedded in the
+:class:`~.batching.Batcher`'s one thread, and other work that takes CPU (a large search, re-ranking, writes) runs
+in a thread; a small search runs on the loop, where it costs less than a hand-off. Errors the client caused are
+``4xx`` with ``{"error", "where", "fix"}``; anything else is a ``500`` whose body says only that the server failed
+(the traceback goes to the server's log, never to the client).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,20 +25,23 @@ from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
 
 from dmlplug.errors import DmlplugError
 
 from .auth import bearer_token, key_matches, read_api_key
-from .batching import Batcher
+from .batching import Batcher, Reservation
 from .decode import BadImage, decode_image
+from .form import Form, FormError, parse_form
 from .limits import BodyLimit
-from .metrics import ServiceMetrics
+from .metrics import CountRequests, ServiceMetrics
 from .service import ClientError, SearchService
 from .settings import SETTINGS_VARIABLE, ServeSettings
 
 log = logging.getLogger("dmlplug.serve")
 
+#: Largest ``gallery items × queries`` searched on the event loop itself (no re-ranking): an exact search of
+#: that size takes tens of microseconds, less than handing it to a thread; larger ones run in a thread.
+INLINE_SEARCH_ROWS = 20_000
 #: The multipart field that carries images.
 IMAGES_FIELD = "images"
 #: Request bodies documented for ``POST /v1/search`` (one route takes either).
@@ -75,7 +80,9 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     """
     metrics = ServiceMetrics()
     metrics.describe_index(service.index().size, service.index().codec)
+    # uploads are decoded in the batcher's thread, beside the model: the event loop only parses and answers
     batcher = Batcher(service.embed_now, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
+                      prepare=functools.partial(_decode_upload, max_pixels=settings.max_pixels),
                       on_batch=metrics.observe_batch)
 
     answered = [0]  # requests answered by this worker, said when it stops
@@ -116,53 +123,39 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
         return JSONResponse({"error": "the server failed to answer this request; its log says why"},
                             status_code=500)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next: Any) -> Any:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "unmatched")
-        metrics.requests.labels(route=name, method=request.method, status=str(response.status_code)).inc()
-        metrics.latency.labels(route=name).observe(time.perf_counter() - started)
-        answered[0] += 1
-        return response
-
     # -- shared steps ---------------------------------------------------------------------------------------
 
-    async def uploaded(request: Request) -> list[tuple[str, bytes, Any]]:
-        """The request's images, decoded (``(name, bytes, image)``); decode time is recorded."""
-        try:
-            form = await request.form(max_files=settings.max_images, max_fields=16)
-        except Exception as exc:  # Starlette's MultiPartException and the parser's errors: a malformed body
-            raise ClientError(f"cannot read the multipart body: {exc}", where="body",
-                              fix=f"send the images as multipart/form-data files in the field {IMAGES_FIELD!r}") \
-                from None
-        files = [value for value in form.getlist(IMAGES_FIELD) if isinstance(value, UploadFile)]
+    async def uploaded(request: Request) -> list[tuple[str, bytes]]:
+        """The request's uploads, read but not decoded (``(name, bytes)``); the form's other fields are kept."""
+        content_type = request.headers.get("content-type", "")
+        form = Form()
+        if content_type.startswith("multipart/form-data"):
+            try:
+                form = parse_form(await request.body(), content_type, max_files=settings.max_images, max_fields=16)
+            except FormError as exc:
+                raise ClientError(f"cannot read the multipart body: {exc}", where="body",
+                                  fix=f"send the images as multipart/form-data files in the field "
+                                      f"{IMAGES_FIELD!r}") from None
+        files = [(filename, data) for name, filename, data in form.files if name == IMAGES_FIELD]
         if not files:
             raise ClientError(f"no image in the request's {IMAGES_FIELD!r} field", where=IMAGES_FIELD,
                               fix=f"send one or more image files as multipart/form-data field {IMAGES_FIELD!r}")
-        started = time.perf_counter()
-        out = []
-        for number, file in enumerate(files):
-            name = os.path.basename(file.filename or "") or f"image-{number}"
-            data = await file.read()
-            try:
-                image = await run_in_threadpool(decode_image, data, name=name, max_pixels=settings.max_pixels)
-            except BadImage as exc:
-                raise ClientError(str(exc), where=IMAGES_FIELD, fix="send JPEG, PNG, WebP, … files Pillow decodes, "
-                                  f"of at most {settings.max_pixels:,} pixels") from None
-            out.append((name, data, image))
-        metrics.stage.labels(stage="decode").observe(time.perf_counter() - started)
-        form_fields = {key: value for key, value in form.multi_items() if not isinstance(value, UploadFile)}
-        request.state.form_fields = form_fields
-        return out
+        request.state.form_fields = form.fields
+        return [(os.path.basename(filename) or f"image-{number}", data)
+                for number, (filename, data) in enumerate(files)]
 
-    async def embedded(images: list[Any]) -> tuple[np.ndarray, float]:
+    async def embedded(reservation: Reservation, uploads: list[tuple[str, bytes]]) -> tuple[np.ndarray, float]:
+        """The uploads' embeddings, decoded and embedded in shared batches; decode and embed times recorded."""
         started = time.perf_counter()
-        vectors = await batcher.embed(images)
-        seconds = time.perf_counter() - started
-        metrics.stage.labels(stage="embed").observe(seconds)
-        return vectors, seconds
+        try:
+            result = await reservation.embed(uploads)
+        except BadImage as exc:
+            raise ClientError(str(exc), where=IMAGES_FIELD, fix="send JPEG, PNG, WebP, … files Pillow decodes, "
+                              f"of at most {settings.max_pixels:,} pixels") from None
+        seconds = time.perf_counter() - started - result.prepare_seconds  # the wait for a batch and the model
+        metrics.stages["decode"].observe(result.prepare_seconds)
+        metrics.stages["embed"].observe(seconds)
+        return result.vectors, seconds
 
     def require_key(request: Request) -> None:
         if api_key is None:
@@ -190,9 +183,10 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
                 raise ClientError("names must list one name per vector", where="names")
             options = body
         elif content_type.startswith("multipart/form-data"):
-            images = await uploaded(request)
-            vectors, timings["embed"] = await embedded([image for _, _, image in images])
-            names = [name for name, _, _ in images]
+            async with batcher.reserve() as reservation:
+                uploads = await uploaded(request)
+                vectors, timings["embed"] = await embedded(reservation, uploads)
+            names = [name for name, _ in uploads]
             options = request.state.form_fields
         else:
             raise ClientError(f"unsupported content type {content_type or 'none'!r}", status=415,
@@ -202,10 +196,14 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
         index = service.index()
         service.check_k(k, index)
         rerank = service.parse_rerank(options.get("rerank")) if options.get("rerank") else service.default_rerank
-        results, stage = await run_in_threadpool(service.search, vectors, names, k=k, threshold=threshold,
-                                                 rerank=rerank, index=index)
+        if rerank is None and index.size * len(vectors) <= INLINE_SEARCH_ROWS:
+            # microseconds: less than the hand-off to a thread would cost
+            results, stage = service.search(vectors, names, k=k, threshold=threshold, rerank=None, index=index)
+        else:
+            results, stage = await run_in_threadpool(service.search, vectors, names, k=k, threshold=threshold,
+                                                     rerank=rerank, index=index)
         for name, seconds in stage.items():
-            metrics.stage.labels(stage=name).observe(seconds)
+            metrics.stages[name].observe(seconds)
         timings.update(stage)
         limit = threshold if threshold is not None else service.bundle.threshold
         return JSONResponse({"threshold": limit, "results": results,
@@ -214,9 +212,10 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     @app.post("/v1/embed", openapi_extra=_IMAGES_BODY, summary="Embeddings of images")
     async def embed(request: Request) -> JSONResponse:
         """Unit-length embeddings, the bundle's preprocessing (as ``dmlplug embed``)."""
-        images = await uploaded(request)
-        vectors, seconds = await embedded([image for _, _, image in images])
-        return JSONResponse({"names": [name for name, _, _ in images], "dim": int(vectors.shape[1]),
+        async with batcher.reserve() as reservation:
+            uploads = await uploaded(request)
+            vectors, seconds = await embedded(reservation, uploads)
+        return JSONResponse({"names": [name for name, _ in uploads], "dim": int(vectors.shape[1]),
                              "embeddings": vectors.astype(float).tolist(),
                              "timing_ms": {"embed": round(seconds * 1000, 3)}})
 
@@ -224,9 +223,10 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     async def add_items(request: Request) -> JSONResponse:
         """Store the images in the gallery folder and add them to the index, atomically."""
         require_key(request)
-        images = await uploaded(request)
-        vectors, _ = await embedded([image for _, _, image in images])
-        added = await run_in_threadpool(service.add, images, vectors)
+        async with batcher.reserve() as reservation:
+            uploads = await uploaded(request)
+            vectors, _ = await embedded(reservation, uploads)
+        added = await run_in_threadpool(service.add, uploads, vectors)
         index = service.index()
         metrics.describe_index(index.size, index.codec)
         return JSONResponse({"added": added, "items": int(index.size)}, status_code=201)
@@ -279,11 +279,18 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
             raise ClientError(f"no page file {name!r}", status=404)
         return Response(_page_file(name), media_type=_PAGE_ASSETS[name])
 
+    app.add_middleware(CountRequests, metrics=metrics, answered=answered)
     return BodyLimit(app, settings.max_body_bytes)
 
 
 #: The page's files besides index.html, with their content types (a fixed list: no client-given path is read).
 _PAGE_ASSETS = {"page.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
+
+
+def _decode_upload(upload: tuple[str, bytes], *, max_pixels: int) -> Any:
+    """One upload (``(name, bytes)``) to an RGB image; run in the batcher's thread."""
+    name, data = upload
+    return decode_image(data, name=name, max_pixels=max_pixels)
 
 
 def _page_file(name: str) -> str:

@@ -1,10 +1,12 @@
-"""Dynamic batching: images of concurrent requests embedded together, in one model call.
+"""Dynamic batching: images of concurrent requests decoded and embedded together, in one model thread.
 
-A request hands its images to :meth:`Batcher.embed` and awaits their rows. One collector task takes the first
-waiting image, then keeps taking until the batch holds ``max_batch`` images or ``max_wait_ms`` have passed
-since that first image, and runs the model once, in one worker thread (the event loop keeps accepting requests
-meanwhile, and the model never runs twice at once in a process, so its threads are the only ones computing).
-A lone request waits at most ``max_wait_ms``; under load the batches fill and the wait ends early.
+A request announces itself when it starts (:meth:`Batcher.reserve`), then hands its uploads to
+:meth:`Reservation.embed` and awaits their rows. One collector task takes the first waiting upload, then keeps
+taking until the batch holds ``max_batch`` uploads, ``max_wait_ms`` have passed since that first one, or no
+announced request is still on its way (nothing else can join, so waiting would only add latency). It then runs
+one job in one worker thread: each upload is prepared (decoded) there, an upload that fails fails only its own
+request, and the model runs once on the rest. The event loop only moves bytes meanwhile, and the model never
+runs twice at once in a process, so its threads are the only ones computing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,29 +24,61 @@ import numpy as np
 
 @dataclass
 class _Pending:
-    image: Any
-    future: asyncio.Future[np.ndarray]
+    item: Any
+    future: asyncio.Future[tuple[np.ndarray, float]]
     queued: float = field(default_factory=time.perf_counter)
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """The rows of one request's uploads (``N×D``, input order) and the seconds their preparing took."""
+
+    vectors: np.ndarray
+    prepare_seconds: float
+
+
+class Reservation:
+    """One request's place in the batcher, from its start until it hands over its uploads (or gives up)."""
+
+    def __init__(self, batcher: Batcher):
+        self._batcher = batcher
+        self._open = True
+        batcher._coming += 1
+
+    def release(self) -> None:
+        """The request will hand over nothing more (idempotent)."""
+        if self._open:
+            self._open = False
+            self._batcher._coming -= 1
+
+    async def embed(self, items: Sequence[Any]) -> Embedded:
+        """Hand over ``items`` and await their rows; the first upload that fails to prepare raises its error."""
+        self.release()
+        return await self._batcher.embed(items)
+
+
 class Batcher:
-    """Embeds images from many coroutines in shared batches.
+    """Prepares and embeds uploads from many coroutines in shared batches.
 
     Args:
-        embed: ``list of images -> N×D array``, called from the worker thread with at most ``max_batch`` images.
-        max_batch: Most images per model call.
-        max_wait_ms: Longest time the first image of a batch waits for others.
+        embed: ``list of prepared items -> N×D array``, called from the worker thread with at most ``max_batch``.
+        max_batch: Most items per model call.
+        max_wait_ms: Longest time the first item of a batch waits for others.
+        prepare: ``item -> prepared item`` (e.g. bytes -> decoded image), called per item in the worker thread;
+            what it raises goes to that item's request only. ``None``: items are used as given.
         on_batch: Called with ``(batch size, seconds the model took)`` after each model call (metrics).
     """
 
     def __init__(self, embed: Callable[[list[Any]], np.ndarray], *, max_batch: int, max_wait_ms: float,
-                 on_batch: Callable[[int, float], None] | None = None):
+                 prepare: Callable[[Any], Any] | None = None, on_batch: Callable[[int, float], None] | None = None):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._embed = embed
+        self._prepare = prepare
         self.max_batch = max_batch
         self.max_wait = max(0.0, max_wait_ms) / 1000.0
         self._on_batch = on_batch
+        self._coming = 0  # requests announced and not yet handed over: the ones a batch may wait for
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmlplug-embed")
@@ -63,16 +97,38 @@ class Batcher:
                 await self._task
         self._thread.shutdown(wait=True)
 
-    async def embed(self, images: Sequence[Any]) -> np.ndarray:
-        """The embeddings of ``images`` (``N×D``, input order), computed in shared batches."""
+    @contextlib.asynccontextmanager
+    async def reserve(self) -> AsyncIterator[Reservation]:
+        """Announce a request that will hand over uploads soon, so a batch waits for it (up to ``max_wait_ms``)."""
+        reservation = Reservation(self)
+        try:
+            yield reservation
+        finally:
+            reservation.release()
+
+    async def embed(self, items: Sequence[Any]) -> Embedded:
+        """The embeddings of ``items`` (prepared in the worker thread), computed in shared batches."""
         if self._queue is None:
             raise RuntimeError("Batcher.start() was not awaited")
         loop = asyncio.get_running_loop()
-        pending = [_Pending(image, loop.create_future()) for image in images]
-        for item in pending:
-            self._queue.put_nowait(item)
-        rows = await asyncio.gather(*(item.future for item in pending))
-        return np.stack(rows) if rows else np.empty((0, 0), dtype=np.float32)
+        pending = [_Pending(item, loop.create_future()) for item in items]
+        for entry in pending:
+            self._queue.put_nowait(entry)
+        futures = [entry.future for entry in pending]
+        if not futures:
+            return Embedded(np.empty((0, 0), dtype=np.float32), 0.0)
+        try:
+            await asyncio.wait(futures)
+        except asyncio.CancelledError:  # the client went away: the batch skips what it no longer needs
+            for future in futures:
+                future.cancel()
+            raise
+        errors = [future.exception() for future in futures]  # read all: no "exception never retrieved"
+        first = next((error for error in errors if error is not None), None)
+        if first is not None:
+            raise first
+        rows, seconds = zip(*(future.result() for future in futures), strict=True)
+        return Embedded(np.stack(rows), float(sum(seconds)))
 
     async def _collect(self) -> None:
         assert self._queue is not None
@@ -85,7 +141,7 @@ class Batcher:
                     batch.append(self._queue.get_nowait())
                     continue
                 left = deadline - time.perf_counter()
-                if left <= 0:
+                if self._coming <= 0 or left <= 0:  # nothing else on its way, or waited long enough
                     break
                 try:
                     batch.append(await asyncio.wait_for(self._queue.get(), timeout=left))
@@ -93,21 +149,47 @@ class Batcher:
                     break
             await self._run(loop, batch)
 
+    def _job(self, items: list[Any]) -> tuple[list[BaseException | None], np.ndarray | None, list[float]]:
+        """In the worker thread: prepare every item (errors kept per item), then one model call on the rest."""
+        prepared: list[Any] = []
+        errors: list[BaseException | None] = []
+        seconds: list[float] = []
+        for item in items:
+            started = time.perf_counter()
+            try:
+                prepared.append(item if self._prepare is None else self._prepare(item))
+                errors.append(None)
+            except Exception as exc:  # this upload's own failure, for its own request
+                errors.append(exc)
+            seconds.append(time.perf_counter() - started)
+        if not prepared:
+            return errors, None, seconds
+        started = time.perf_counter()
+        rows = self._embed(prepared)
+        if self._on_batch is not None:
+            self._on_batch(len(prepared), time.perf_counter() - started)
+        return errors, rows, seconds
+
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending]) -> None:
         assert self._queue is not None
-        started = time.perf_counter()
+        live = [entry for entry in batch if not entry.future.done()]  # skip what cancelled requests left
         try:
-            rows = await loop.run_in_executor(self._thread, self._embed, [item.image for item in batch])
-        except Exception as exc:  # handed to every waiting request, which reports it
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc)
-        else:
-            for item, row in zip(batch, rows, strict=True):
-                if not item.future.done():  # a client that went away cancelled its future
-                    item.future.set_result(row)
-            if self._on_batch is not None:
-                self._on_batch(len(batch), time.perf_counter() - started)
+            if live:
+                errors, rows, seconds = await loop.run_in_executor(self._thread, self._job,
+                                                                   [entry.item for entry in live])
+                found = iter(rows if rows is not None else ())
+                for entry, error, spent in zip(live, errors, seconds, strict=True):
+                    result = error if error is not None else (next(found), spent)
+                    if entry.future.done():  # a client that went away cancelled its future
+                        continue
+                    if isinstance(result, BaseException):
+                        entry.future.set_exception(result)
+                    else:
+                        entry.future.set_result(result)
+        except Exception as exc:  # the model call failed: handed to every waiting request, which reports it
+            for entry in live:
+                if not entry.future.done():
+                    entry.future.set_exception(exc)
         finally:
             for _ in batch:
                 self._queue.task_done()

@@ -9,6 +9,7 @@ service's.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 #: Seconds: request latency buckets, from a cached small query to a large batch on a slow CPU.
@@ -31,8 +32,11 @@ class ServiceMetrics:
         self.latency = Histogram("http_request_duration_seconds", "Time to answer a request, by route.",
                                  ["route"], buckets=LATENCY_BUCKETS, **common)
         self.stage = Histogram("stage_duration_seconds", "Time of one stage of a request: decode, embed, "
-                               "search or rerank (embed: the request's wait for its batch included).",
+                               "search or rerank (embed: the request's wait for its batch included, its "
+                               "decoding, done in the batch's thread, not).",
                                ["stage"], buckets=LATENCY_BUCKETS, **common)
+        #: The stage histograms by stage name, labelled once (a ``labels()`` look-up per request costs more).
+        self.stages = {name: self.stage.labels(stage=name) for name in STAGES}
         self.batch_size = Histogram("embed_batch_size", "Images per model call (dynamic batching).",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), **common)
         self.model_seconds = Histogram("embed_batch_duration_seconds", "Time of one model call.",
@@ -61,3 +65,48 @@ class ServiceMetrics:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class CountRequests:
+    """ASGI middleware: every HTTP request counted by route, method and status, and its latency observed.
+
+    A plain ASGI wrapper rather than FastAPI's ``@app.middleware("http")``, whose request/response streaming
+    through a task group costs more than a small search itself. The route is the one Starlette's router matched
+    (its path template, so ids do not make new series); ``answered`` counts the requests answered.
+
+    Args:
+        app: The wrapped ASGI app.
+        metrics: Where to count.
+        answered: A one-element list incremented per request answered (said when the worker stops).
+    """
+
+    def __init__(self, app: Any, metrics: ServiceMetrics, answered: list[int]):
+        self.app = app
+        self.metrics = metrics
+        self.answered = answered
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # labelled series, looked up once
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the request on, then count it with the status it was answered with (500 if none was sent)."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            key = (getattr(scope.get("route"), "path", "unmatched"), scope["method"], str(status[0]))
+            if key not in self._children:
+                self._children[key] = (self.metrics.requests.labels(route=key[0], method=key[1], status=key[2]),
+                                       self.metrics.latency.labels(route=key[0]))
+            count, latency = self._children[key]
+            count.inc()
+            latency.observe(time.perf_counter() - started)
+            self.answered[0] += 1

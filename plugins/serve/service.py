@@ -24,6 +24,7 @@ import numpy as np
 import dmlplug.bundle.api as api
 from dmlplug.errors import DmlplugError
 
+from .preprocess import preprocess_batch
 from .settings import ServeSettings
 
 
@@ -58,6 +59,7 @@ class SearchService:
         self.settings = settings
         self.registry = registry
         self.index_dir = Path(settings.index).resolve()
+        self._index_file = str(self.index_dir / api.INDEX_FILE)
         self.bundle = api.load_bundle(settings.bundle, device=settings.device, threads=settings.model_threads())
         self.default_rerank = None if settings.rerank is None else self.parse_rerank(settings.rerank, "--rerank")
         self._lock = threading.RLock()  # a write re-reads the index under it
@@ -69,7 +71,7 @@ class SearchService:
 
     def _stamp(self) -> tuple[int, int]:
         """The index folder's identity: a swapped-in folder is a new inode (and a new ``index.json``)."""
-        meta = (self.index_dir / api.INDEX_FILE).stat()
+        meta = os.stat(self._index_file)  # every request: a str path, no Path object built
         return meta.st_ino, meta.st_mtime_ns
 
     def _read(self) -> Snapshot:
@@ -101,8 +103,13 @@ class SearchService:
         return self.bundle.embedding_size
 
     def embed_now(self, images: list[Any]) -> np.ndarray:
-        """Embed decoded images in one model call (run by the batcher's thread)."""
-        return self.bundle.embed(images, batch_size=max(1, len(images)))
+        """Embed decoded images in one model call (run by the batcher's thread).
+
+        ``bundle.embed`` would apply the bundle's preprocessing image by image; the same steps run once per batch
+        here (:mod:`.preprocess`), for the same tensors, so the rows are ``dmlplug embed``'s.
+        """
+        batch = preprocess_batch(self.bundle.transform, images)
+        return np.asarray(self.bundle.runner(batch), dtype=np.float32)
 
     def parse_rerank(self, text: str | None, where: str = "rerank") -> Any:
         """A re-ranker spec (``None`` for none), refused with a client error when unknown or invalid."""
@@ -172,11 +179,11 @@ class SearchService:
                               status=409, fix="build the index again with this dmlplug (dmlplug index)")
         return Path(root)
 
-    def add(self, images: Sequence[tuple[str, bytes, Any]], vectors: np.ndarray) -> list[dict[str, Any]]:
+    def add(self, images: Sequence[tuple[str, bytes]], vectors: np.ndarray) -> list[dict[str, Any]]:
         """Store uploaded images under the gallery's ``uploads/`` folder and add them to the index.
 
         Args:
-            images: ``(client's name, the bytes, the decoded image)`` per upload.
+            images: ``(client's name, the bytes)`` per upload (decoded and embedded already).
             vectors: Their embeddings.
 
         Returns:
@@ -187,7 +194,7 @@ class SearchService:
             folder = root / "uploads"
             folder.mkdir(parents=True, exist_ok=True)
             paths: list[Path] = []
-            for name, data, _ in images:
+            for name, data in images:
                 suffix = Path(name).suffix.lower() if Path(name).suffix.lower() in api.IMAGE_EXTENSIONS else ".png"
                 path = folder / (hashlib.sha256(data).hexdigest()[:32] + suffix)
                 if not path.exists():
@@ -196,7 +203,7 @@ class SearchService:
             edited, ids = api.add_files(self.index_dir, self.registry, vectors, paths)
             self._snapshot = self._read()  # under the folder's lock: the version on disk, whoever wrote last
         return [{"id": item, "path": str(api.item_file(edited, item)), "name": name}
-                for item, (name, _, _) in zip(ids, images, strict=True)]
+                for item, (name, _) in zip(ids, images, strict=True)]
 
     def remove(self, item_id: int) -> dict[str, Any]:
         """Remove item ``item_id`` from the index (its image file stays)."""

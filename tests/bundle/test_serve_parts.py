@@ -11,10 +11,13 @@ import zlib
 import numpy as np
 import pytest
 
+from dmlplug.bundle.preprocess import build_preprocess
 from dmlplug.errors import DmlplugError
 from dmlplug_builtins.serve.auth import bearer_token, key_matches, read_api_key
 from dmlplug_builtins.serve.batching import Batcher
 from dmlplug_builtins.serve.decode import BadImage, decode_image
+from dmlplug_builtins.serve.form import FormError, parse_form
+from dmlplug_builtins.serve.preprocess import preprocess_batch
 
 
 def _png(width: int, height: int, mode: str = "RGB") -> bytes:
@@ -77,6 +80,26 @@ def test_the_pixel_limit_is_checked_from_the_header_before_decoding():
         decode_image(data, name="a.png", max_pixels=39_999)
 
 
+_NORMALIZE = {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.4]}
+
+
+@pytest.mark.parametrize("steps", [
+    [{"op": "to_image"}, {"op": "resize", "size": [16, 16], "interpolation": "bilinear", "antialias": True},
+     {"op": "to_float"}, _NORMALIZE, {"op": "to_pure_tensor"}],
+    [{"op": "resize", "size": 20, "interpolation": "bicubic", "antialias": True},
+     {"op": "center_crop", "size": [16, 16]}, {"op": "to_tensor"}, _NORMALIZE],
+], ids=["transforms.v2", "classic"])
+def test_a_batch_is_preprocessed_exactly_as_image_by_image(steps):
+    import torch
+    from PIL import Image
+
+    transform = build_preprocess({"steps": steps})
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in
+              [(16, 16), (40, 30), (16, 16), (23, 57), (40, 30)]]  # sizes repeat and differ, in mixed order
+    assert torch.equal(preprocess_batch(transform, images), torch.stack([transform(image) for image in images]))
+
+
 def _run(coroutine):
     return asyncio.run(coroutine)
 
@@ -98,26 +121,74 @@ def test_concurrent_requests_share_model_calls_and_get_their_own_rows():
         return results
 
     results = _run(scenario())
-    for r, rows in enumerate(results):  # every request gets its own images' rows, in its order
-        assert rows.tolist() == [[3.0 * r + j, -(3.0 * r + j)] for j in range(3)]
+    for r, result in enumerate(results):  # every request gets its own images' rows, in its order
+        assert result.vectors.tolist() == [[3.0 * r + j, -(3.0 * r + j)] for j in range(3)]
     assert sum(calls) == 15 and max(calls) <= 4 and len(calls) == 4  # 15 images in batches of at most 4: 4 calls
     assert len(threads) == 1  # one model thread: never two model calls at once
 
 
-def test_a_lone_request_waits_at_most_max_wait():
-    import time
-
+def test_a_request_with_no_other_on_its_way_does_not_wait():
     async def scenario():
         batcher = Batcher(lambda images: np.zeros((len(images), 2), dtype=np.float32), max_batch=64,
-                          max_wait_ms=30)
+                          max_wait_ms=600_000)
         await batcher.start()
-        started = time.perf_counter()
-        await batcher.embed(["one"])
-        waited = time.perf_counter() - started
+        async with batcher.reserve() as alone:
+            # nothing else announced: the batch runs at once instead of waiting ten minutes for company
+            result = await asyncio.wait_for(alone.embed(["one"]), timeout=60)
         await batcher.stop()
-        return waited
+        return result
 
-    assert _run(scenario()) < 5.0  # finishes: the batch does not wait for 63 more images that never come
+    assert _run(scenario()).vectors.shape == (1, 2)
+
+
+def test_a_batch_waits_for_announced_requests_at_most_max_wait():
+    calls: list[int] = []
+
+    def embed(images):
+        calls.append(len(images))
+        return np.zeros((len(images), 2), dtype=np.float32)
+
+    async def scenario(max_wait_ms, hand_over):
+        batcher = Batcher(embed, max_batch=64, max_wait_ms=max_wait_ms)
+        await batcher.start()
+        async with batcher.reserve() as first, batcher.reserve() as second:
+            waiting = asyncio.ensure_future(first.embed(["a"]))
+            await asyncio.sleep(0.05)  # the second request is still reading its body
+            if hand_over:
+                await second.embed(["b"])
+            await asyncio.wait_for(waiting, timeout=60)
+        await batcher.stop()
+
+    _run(scenario(600_000, hand_over=True))
+    assert calls == [2]  # the first upload waited for the announced second one: one model call
+    calls.clear()
+    _run(scenario(30, hand_over=False))  # an announced request that never hands over delays a batch by max_wait
+    assert calls == [1]
+
+
+def test_an_upload_that_fails_to_decode_fails_its_own_request_only():
+    calls: list[list[str]] = []
+
+    def prepare(item):
+        if item == "corrupt":
+            raise BadImage("corrupt.png: truncated")
+        return item.upper()
+
+    def embed(items):
+        calls.append(items)
+        return np.ones((len(items), 2), dtype=np.float32)
+
+    async def scenario():
+        batcher = Batcher(embed, max_batch=8, max_wait_ms=50, prepare=prepare)
+        await batcher.start()
+        outcomes = await asyncio.gather(batcher.embed(["ok", "corrupt"]), batcher.embed(["fine"]),
+                                        return_exceptions=True)
+        await batcher.stop()
+        return outcomes
+
+    bad, good = _run(scenario())
+    assert isinstance(bad, BadImage) and good.vectors.shape == (1, 2)
+    assert calls == [["OK", "FINE"]]  # prepared in the model's thread, one model call without the corrupt upload
 
 
 def test_a_failing_model_call_fails_every_request_of_its_batch_and_not_the_next():
@@ -136,7 +207,7 @@ def test_a_failing_model_call_fails_every_request_of_its_batch_and_not_the_next(
 
     first, second = _run(scenario())
     assert all(isinstance(result, RuntimeError) for result in first)
-    assert second.shape == (1, 2)
+    assert second.vectors.shape == (1, 2)
 
 
 def test_the_api_key_file_must_be_private_and_long(tmp_path):
@@ -184,3 +255,59 @@ def test_connections_to_the_served_socket_have_nagles_algorithm_off():
         return value
 
     assert asyncio.run(nodelay_of_an_accepted_connection())
+
+
+def _form_request(files, data):
+    import httpx
+
+    request = httpx.Request("POST", "http://server/", files=files, data=data)
+    return request.read(), request.headers["content-type"]
+
+
+def _starlette_form(body, content_type):
+    from starlette.datastructures import Headers, UploadFile
+    from starlette.formparsers import MultiPartParser
+
+    async def stream():
+        yield body
+
+    async def parse():
+        form = await MultiPartParser(Headers({"content-type": content_type}), stream()).parse()
+        return [(key, value.filename, await value.read()) if isinstance(value, UploadFile) else (key, value)
+                for key, value in form.multi_items()]
+
+    return _run(parse())
+
+
+@pytest.mark.parametrize(("files", "data"), [
+    ([("images", ("a.png", _png(3, 2)))], {"k": "5"}),
+    ([("images", ("quote \"é\".png", b"\r\n--not the boundary\r\n\r\n")), ("images", ("empty.png", b"")),
+      ("other", ("x.bin", b"\0" * 100))], {"k": "3", "threshold": "0.5", "rerank": ""}),
+], ids=["one image", "names, boundary-like bytes, empty file, other field"])
+def test_forms_split_as_starlettes_parser_splits_them(files, data):
+    body, content_type = _form_request(files, data)
+    form = parse_form(body, content_type, max_files=8, max_fields=8)
+    assert sorted([*form.files, *form.fields.items()]) == sorted(_starlette_form(body, content_type))
+
+
+@pytest.mark.parametrize(("mangle", "said"), [
+    (lambda body: body[:body.rindex(b"\r\n--")], "before its closing boundary"),
+    (lambda body: body.replace(b'name="k"', b'nom="k"'), '"name" must be provided'),
+    (lambda body: body[:40], "before its closing boundary"),
+    (lambda body: b"no boundary here", "boundary is not found"),
+])
+def test_malformed_forms_are_refused(mangle, said):
+    body, content_type = _form_request([("images", ("a.png", b"x"))], {"k": "5"})
+    with pytest.raises(FormError, match=said):
+        parse_form(mangle(body), content_type, max_files=8, max_fields=8)
+    with pytest.raises(FormError, match="Missing boundary"):
+        parse_form(body, "multipart/form-data", max_files=8, max_fields=8)
+
+
+def test_forms_with_too_many_parts_are_refused():
+    body, content_type = _form_request([("images", (f"{i}.png", b"x")) for i in range(3)], {"k": "5"})
+    with pytest.raises(FormError, match="Too many files"):
+        parse_form(body, content_type, max_files=2, max_fields=8)
+    body, content_type = _form_request([("images", ("a.png", b"x"))], {"k": ["1", "2"]})
+    with pytest.raises(FormError, match="Too many fields"):  # a repeated name counts once per part
+        parse_form(body, content_type, max_files=8, max_fields=1)
