@@ -332,7 +332,7 @@ def bench_train(ctx: Context) -> dict[str, Any]:
 
 def bench_eval(ctx: Context) -> dict[str, Any]:
     args = ["--quick"] if ctx.dry else ["--sets", "sop512", "--repeats", "1"]
-    return _bench(ctx, "eval_speed.py", args, {"dmlplug_seconds": r"dmlplug\s+([\d.]+) s",
+    return _bench(ctx, "eval_speed.py", args, {"dmlplug_ms": r"^\s*dmlplug\s+([\d.]+) ms",
                                                "time_ratio_dmlplug_over_pml": r"ratio dmlplug/PML: time ([\d.]+)x"})
 
 
