@@ -25,6 +25,7 @@ import numpy as np
 from dmlplug.bundle.errors import BundleError, require_onnx
 from dmlplug.bundle.images import LoadedBatch, Unreadable, load_batches, load_image
 from dmlplug.bundle.integrity import check_file
+from dmlplug.bundle.preprocess import preprocess_batch
 
 #: The file that makes a folder a bundle.
 MANIFEST = "bundle.json"
@@ -58,13 +59,11 @@ class Embedder:
         Raises:
             BundleError: A path cannot be read as an image.
         """
-        import torch
-
         out = []
         for start in range(0, len(images), batch_size):
             chunk = [image if not isinstance(image, str | Path) else _load_or_fail(image)
                      for image in images[start:start + batch_size]]
-            out.append(self.runner(torch.stack([self.transform(image) for image in chunk])))
+            out.append(self.runner(preprocess_batch(self.transform, chunk)))
         if not out:
             raise BundleError("no image to embed", fix="give at least one image")
         return np.concatenate(out).astype(np.float32)
@@ -85,8 +84,6 @@ class Embedder:
         Returns:
             ``(embeddings N×D, the N paths embedded, the unreadable files)``.
         """
-        import torch
-
         chunks: list[np.ndarray] = []
         kept: list[str] = []
         failures: list[Unreadable] = []
@@ -94,7 +91,7 @@ class Embedder:
         for batch in load_batches(paths, batch_size, strict=strict):
             failures.extend(batch.failures)
             if batch.images:
-                chunks.append(self.runner(torch.stack([self.transform(image) for image in batch.images])))
+                chunks.append(self.runner(preprocess_batch(self.transform, batch.images)))
                 kept.extend(batch.paths)
             if progress is not None:
                 progress(len(batch.paths) + len(batch.failures))

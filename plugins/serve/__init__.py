@@ -5,8 +5,8 @@ A FastAPI app on uvicorn over a verified bundle and index: ``POST /v1/search`` (
 ``/metrics`` (Prometheus) and a search page at ``/``. It uses dmlplug's public API only
 (:mod:`dmlplug.bundle.api`), as any plugin could. Modules: :mod:`.command` (the command), :mod:`.app` (routes),
 :mod:`.service` (bundle, index, writes), :mod:`.batching` (dynamic batching), :mod:`.form` (multipart bodies, by
-python-multipart's parser), :mod:`.decode` (safe image decoding), :mod:`.preprocess` (the bundle's preprocessing
-per batch), :mod:`.limits` (body size), :mod:`.auth` (API key), :mod:`.metrics`, :mod:`.settings`, ``page/``.
+python-multipart's parser), :mod:`.decode` (safe image decoding), :mod:`.limits` (body size), :mod:`.auth` (API
+key), :mod:`.metrics`, :mod:`.settings`, ``page/``.
 
 It needs the ``serve`` extra (``pip install "dmlplug[serve]"``); without it the command says so. Nothing here is
 imported until the command runs, so the CLI starts as fast without it.

@@ -24,7 +24,6 @@ import numpy as np
 import dmlplug.bundle.api as api
 from dmlplug.errors import DmlplugError
 
-from .preprocess import preprocess_batch
 from .settings import ServeSettings
 
 
@@ -103,13 +102,8 @@ class SearchService:
         return self.bundle.embedding_size
 
     def embed_now(self, images: list[Any]) -> np.ndarray:
-        """Embed decoded images in one model call (run by the batcher's thread).
-
-        ``bundle.embed`` would apply the bundle's preprocessing image by image; the same steps run once per batch
-        here (:mod:`.preprocess`), for the same tensors, so the rows are ``dmlplug embed``'s.
-        """
-        batch = preprocess_batch(self.bundle.transform, images)
-        return np.asarray(self.bundle.runner(batch), dtype=np.float32)
+        """Embed decoded images in one model call (run by the batcher's thread)."""
+        return self.bundle.embed(images, batch_size=max(1, len(images)))
 
     def parse_rerank(self, text: str | None, where: str = "rerank") -> Any:
         """A re-ranker spec (``None`` for none), refused with a client error when unknown or invalid."""

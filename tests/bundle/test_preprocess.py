@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from dmlplug.bundle.errors import BundleError
-from dmlplug.bundle.preprocess import build_preprocess, describe_transform
+from dmlplug.bundle.preprocess import build_preprocess, describe_transform, preprocess_batch
 from dmlplug.bundle.verify import pick_images
 from dmlplug.data.transforms import build_transform
 
@@ -58,3 +58,20 @@ def test_pick_images_takes_whole_classes_up_to_the_count():
     # All but at most one class (the last one taken) are complete.
     assert sum(0 < c < f for c, f in zip(counts, full, strict=True)) <= 1
     assert len(pick_images(labels, 100)) == len(labels)
+
+
+_NORMALIZE = {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.4]}
+
+
+@pytest.mark.parametrize("steps", [
+    [{"op": "to_image"}, {"op": "resize", "size": [16, 16], "interpolation": "bilinear", "antialias": True},
+     {"op": "to_float"}, _NORMALIZE, {"op": "to_pure_tensor"}],
+    [{"op": "resize", "size": 20, "interpolation": "bicubic", "antialias": True},
+     {"op": "center_crop", "size": [16, 16]}, {"op": "to_tensor"}, _NORMALIZE],
+], ids=["transforms.v2", "classic"])
+def test_a_batch_is_preprocessed_exactly_as_image_by_image(steps):
+    transform = build_preprocess({"steps": steps})
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in
+              [(16, 16), (40, 30), (16, 16), (23, 57), (40, 30)]]  # sizes repeat and differ, in mixed order
+    assert torch.equal(preprocess_batch(transform, images), torch.stack([transform(image) for image in images]))

@@ -11,13 +11,11 @@ import zlib
 import numpy as np
 import pytest
 
-from dmlplug.bundle.preprocess import build_preprocess
 from dmlplug.errors import DmlplugError
 from dmlplug_builtins.serve.auth import bearer_token, key_matches, read_api_key
 from dmlplug_builtins.serve.batching import Batcher
 from dmlplug_builtins.serve.decode import BadImage, decode_image
 from dmlplug_builtins.serve.form import FormError, parse_form
-from dmlplug_builtins.serve.preprocess import preprocess_batch
 
 
 def _png(width: int, height: int, mode: str = "RGB") -> bytes:
@@ -78,26 +76,6 @@ def test_the_pixel_limit_is_checked_from_the_header_before_decoding():
     assert decode_image(data, name="a.png", max_pixels=40_000).size == (200, 200)
     with pytest.raises(BadImage, match="200 × 200 pixels"):
         decode_image(data, name="a.png", max_pixels=39_999)
-
-
-_NORMALIZE = {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.4]}
-
-
-@pytest.mark.parametrize("steps", [
-    [{"op": "to_image"}, {"op": "resize", "size": [16, 16], "interpolation": "bilinear", "antialias": True},
-     {"op": "to_float"}, _NORMALIZE, {"op": "to_pure_tensor"}],
-    [{"op": "resize", "size": 20, "interpolation": "bicubic", "antialias": True},
-     {"op": "center_crop", "size": [16, 16]}, {"op": "to_tensor"}, _NORMALIZE],
-], ids=["transforms.v2", "classic"])
-def test_a_batch_is_preprocessed_exactly_as_image_by_image(steps):
-    import torch
-    from PIL import Image
-
-    transform = build_preprocess({"steps": steps})
-    rng = np.random.default_rng(0)
-    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in
-              [(16, 16), (40, 30), (16, 16), (23, 57), (40, 30)]]  # sizes repeat and differ, in mixed order
-    assert torch.equal(preprocess_batch(transform, images), torch.stack([transform(image) for image in images]))
 
 
 def _run(coroutine):
