@@ -192,6 +192,10 @@ class TensorPipeline:
         std: Per-channel standard deviation (default ImageNet's).
     """
 
+    #: It takes ``C×H×W`` uint8 tensors as well as PIL images (:class:`dmlplug.protocols.HasTensorInput`), so a
+    #: policy that is a pipeline itself gets the tensors of sources that have ``load_tensor``.
+    tensor_input = True
+
     def __init__(self, steps: Sequence[Any], mean: Sequence[float] = IMAGENET_MEAN,
                  std: Sequence[float] = IMAGENET_STD):
         self.steps = list(steps)

@@ -82,7 +82,8 @@ class HasTensorInput(Protocol):
     ``True``: the engine hands it the tensor of a source that has ``load_tensor`` (decoded by
     ``torchvision.io`` or taken straight from an in-memory array, skipping the PIL round trip); ``False``, the
     default: always a PIL image, so a policy written for PIL (e.g. with ``transforms.ToTensor``) works on every
-    dataset. The built-ins and pipelines of ``normalized_pipeline`` declare ``True``.
+    dataset. The built-ins, ``dmlplug.data.image_ops.TensorPipeline`` and ``normalized_pipeline``'s pipelines
+    declare ``True``.
     """
 
     tensor_input: bool

@@ -169,6 +169,8 @@ def test_only_policies_that_declare_tensor_input_are_given_tensors():
             return image
 
     lean = build_transform("train", augment="dml", image_size=8)
-    assert accepts_tensors(lean) and accepts_tensors(normalized_pipeline([]))
+    from dmlplug.data.image_ops import TensorPipeline
+
+    assert accepts_tensors(lean) and accepts_tensors(normalized_pipeline([])) and accepts_tensors(TensorPipeline([]))
     assert not accepts_tensors(PilOnly())
     assert accepts_tensors(MultiView([lean, lean])) and not accepts_tensors(MultiView([lean, PilOnly()]))
