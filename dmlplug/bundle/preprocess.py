@@ -10,7 +10,7 @@ bit-identical input tensors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dmlplug.bundle.errors import BundleError
@@ -98,12 +98,40 @@ def build_preprocess(spec: dict[str, Any]) -> Any:
     from torchvision.transforms import v2
 
     try:
+        lean = _lean_pipeline(spec["steps"])
+        if lean is not None:
+            return lean
         api = v2 if any(step.get("op") == "to_image" for step in spec["steps"]) else T
         built = [_build_step(step, api) for step in spec["steps"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a step without its keys, a bad value
         raise BundleError(f"bundle.json's preprocessing is damaged: {type(exc).__name__}: {exc}",
                           fix="export the bundle again: dmlplug export RUN_DIR --out BUNDLE_DIR") from None
     return api.Compose(built)
+
+
+def _lean_pipeline(steps: list[dict[str, Any]]) -> Any:
+    """The :class:`~dmlplug.data.image_ops.TensorPipeline` equal to ``steps``, or ``None`` when it has no equal.
+
+    The engine's evaluation view is always such a spec (``to_image``, bilinear antialiased ``resize``, optional
+    ``center_crop``, ``to_float``, ``normalize``, ``to_pure_tensor``); the pipeline computes the same tensors
+    bit for bit without ``transforms.v2``'s per-call dispatch, which costs more than the arithmetic on small
+    images (tests/bundle/test_preprocess.py compares the two).
+    """
+    from dmlplug.data.image_ops import CenterCrop, Resize, TensorPipeline
+
+    ops = [step.get("op") for step in steps]
+    if ops[:1] != ["to_image"] or ops[-1:] != ["to_pure_tensor"] or ops[-3:-1] != ["to_float", "normalize"]:
+        return None
+    geometry: list[Any] = []
+    for step in steps[1:-3]:
+        if step["op"] == "center_crop":
+            geometry.append(CenterCrop(list(step["size"])))
+        elif (step["op"] == "resize" and step.get("interpolation") == "bilinear" and step.get("antialias", True)
+              and step.get("max_size") is None):
+            geometry.append(Resize(step["size"]))
+        else:
+            return None
+    return TensorPipeline(geometry, mean=steps[-2]["mean"], std=steps[-2]["std"])
 
 
 def _build_step(step: dict[str, Any], api: Any) -> Any:
@@ -152,30 +180,48 @@ def _split_steps(transform: Any) -> tuple[list[Any], list[Any]]:
 def preprocess_batch(transform: Any, images: Sequence[Any]) -> Any:
     """``transform`` applied to every image, as a ``B×C×H×W`` tensor equal to stacking ``transform(image)``.
 
-    The steps up to the one that turns a PIL image into a tensor (``ToImage`` or ``ToTensor``) run per image; the
-    steps after it (resize, crop, dtype, normalisation) take a ``B×C×H×W`` tensor as well and run once per group
-    of images of one size: a third of the time at 32 px, for bit-identical tensors (tests/bundle/test_preprocess.py).
+    The steps up to the one that turns a PIL image into a tensor (``ToImage`` or ``ToTensor``; a
+    :class:`~dmlplug.data.image_ops.TensorPipeline`'s geometry) run per image; the steps after it (resize, crop,
+    dtype, normalisation) take a ``B×C×H×W`` tensor as well and run once per group of images of one size: a third
+    of the time at 32 px, for bit-identical tensors (tests/bundle/test_preprocess.py).
 
     Args:
-        transform: A bundle's preprocessing (a torchvision ``Compose``; any other callable runs per image).
+        transform: A bundle's preprocessing (a ``TensorPipeline`` or a torchvision ``Compose``; any other callable
+            runs per image).
         images: PIL images, of any sizes.
     """
-    import torch
+    from dmlplug.data.image_ops import TensorPipeline
 
+    if isinstance(transform, TensorPipeline):
+        return _stacked(images, transform.geometry, transform.normalise)
     each, together = _split_steps(transform)
-    tensors = []
-    for image in images:
+
+    def per_image(image: Any) -> Any:
         for step in each:
             image = step(image)
-        tensors.append(image)
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for number, tensor in enumerate(tensors):  # stacked by size: a resize needs one size per batch
-        groups.setdefault(tuple(tensor.shape), []).append(number)
-    out: list[Any] = [None] * len(tensors)
-    for members in groups.values():
-        batch = torch.stack([tensors[number] for number in members])
+        return image
+
+    def per_batch(batch: Any) -> Any:
         for step in together:
             batch = step(batch)
+        return batch
+
+    return _stacked(images, per_image, per_batch)
+
+
+def _stacked(images: Sequence[Any], per_image: Callable[[Any], Any], per_batch: Callable[[Any], Any]) -> Any:
+    """``per_batch`` of the stacked ``per_image`` tensors, stacked by size (a resize needs one size per batch)."""
+    import torch
+
+    tensors = [per_image(image) for image in images]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for number, tensor in enumerate(tensors):
+        groups.setdefault(tuple(tensor.shape), []).append(number)
+    if len(groups) == 1:  # the usual case: no second copy
+        return per_batch(torch.stack(tensors))
+    out: list[Any] = [None] * len(tensors)
+    for members in groups.values():
+        batch = per_batch(torch.stack([tensors[number] for number in members]))
         for row, number in enumerate(members):
             out[number] = batch[row]
     return torch.stack(out)

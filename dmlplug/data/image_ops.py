@@ -205,9 +205,20 @@ class TensorPipeline:
 
     def __call__(self, image: Any) -> torch.Tensor:
         """The normalised float tensor of ``image`` (PIL image or ``C×H×W`` uint8 tensor)."""
+        return self.normalise(self.geometry(image))
+
+    def geometry(self, image: Any) -> torch.Tensor:
+        """``image`` as a ``C×H×W`` tensor after the geometry steps, still uint8 (the first half of a call)."""
         x = to_uint8_tensor(image)
         for step in self.steps:
             x = step(x)
+        return x
+
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """The float conversion and normalisation of :meth:`geometry`'s output or of a ``B×C×H×W`` stack of them.
+
+        Elementwise: a stack gives the same numbers as each image alone.
+        """
         if x.dtype == torch.uint8:
             # sub (not sub_): a 1-channel image broadcasts to the 3 channels of the statistics, as in torchvision
             return x.to(torch.float32).mul_(1.0 / 255).sub(self._mean).div_(self._std)

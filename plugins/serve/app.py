@@ -341,11 +341,11 @@ def app_from_environment() -> Any:
     """The app of one worker process of ``--workers N`` (uvicorn calls it in each worker)."""
     from dmlplug import plugin_host
 
-    from .command import set_torch_threads
+    from .command import prepare_process
 
     settings = ServeSettings.model_validate_json(os.environ[SETTINGS_VARIABLE])
     service = SearchService(settings, plugin_host().registry)
-    set_torch_threads(settings)
+    prepare_process(settings)
     key = read_api_key(settings.api_key_file) if settings.api_key_file else None
     return create_app(service, settings, key)
 

@@ -51,9 +51,12 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
                        "(the server's --max-pixels)")
     try:
         image.load()
-        return image.convert("RGB")
+        # an RGB image is returned as it is, loaded and its bytes read: converting would only copy the pixels
+        rgb = image if image.mode == "RGB" else image.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         # Truncated files raise OSError ("image file is truncated"), some corrupt headers SyntaxError.
-        raise BadImage(f"{name}: the image data is truncated or corrupt ({exc})") from None
-    finally:
         image.close()
+        raise BadImage(f"{name}: the image data is truncated or corrupt ({exc})") from None
+    if rgb is not image:
+        image.close()
+    return rgb

@@ -75,3 +75,37 @@ def test_a_batch_is_preprocessed_exactly_as_image_by_image(steps):
     images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in
               [(16, 16), (40, 30), (16, 16), (23, 57), (40, 30)]]  # sizes repeat and differ, in mixed order
     assert torch.equal(preprocess_batch(transform, images), torch.stack([transform(image) for image in images]))
+
+
+def _v2_reference(resize, crop, mean, std):
+    """The evaluation view as torchvision's own ``transforms.v2`` steps: the oracle of the lean pipeline."""
+    from torchvision.transforms import v2
+
+    geometry = [v2.Resize(resize, antialias=True)] + ([v2.CenterCrop(crop)] if crop else [])
+    return v2.Compose([v2.ToImage(), *geometry, v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std),
+                       v2.ToPureTensor()])
+
+
+@pytest.mark.parametrize(("resize", "crop"), [([16, 16], None), (20, [16, 16]), ([18, 14], [12, 12])])
+def test_a_bundle_spec_of_the_evaluation_view_runs_lean_and_gives_torchvisions_tensors(resize, crop):
+    from dmlplug.data.image_ops import TensorPipeline
+
+    reference = _v2_reference(resize, crop, _NORMALIZE["mean"], _NORMALIZE["std"])
+    spec = json.loads(json.dumps(describe_transform(reference)))
+    lean = build_preprocess(spec)
+    assert isinstance(lean, TensorPipeline) and describe_transform(lean)["steps"] == spec["steps"]
+    rng = np.random.default_rng(1)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in
+              [(16, 16), (41, 30), (16, 16), (23, 57)]]
+    images.append(Image.fromarray(rng.integers(0, 256, (30, 30), dtype=np.uint8)))  # grey: broadcast to 3
+    expected = torch.stack([reference(image) for image in images])
+    assert torch.equal(preprocess_batch(lean, images), expected)
+    assert torch.equal(lean(images[1]), expected[1])
+
+
+def test_a_spec_the_lean_pipeline_cannot_compute_keeps_torchvisions_transforms():
+    from torchvision.transforms import v2
+
+    steps = [{"op": "to_image"}, {"op": "resize", "size": [16, 16], "interpolation": "bicubic", "antialias": True},
+             {"op": "to_float"}, _NORMALIZE, {"op": "to_pure_tensor"}]
+    assert isinstance(build_preprocess({"steps": steps}), v2.Compose)
