@@ -48,8 +48,10 @@ class TorchRunner:
         self.device = device
 
     @torch.no_grad()
-    def __call__(self, batch: torch.Tensor) -> np.ndarray:
-        """Embed one preprocessed batch."""
+    def __call__(self, batch: torch.Tensor | np.ndarray) -> np.ndarray:
+        """Embed one preprocessed batch (a tensor, or the float32 array of :func:`preprocess_batch`)."""
+        if isinstance(batch, np.ndarray):
+            batch = torch.from_numpy(batch)
         return self.module(batch.to(self.device)).float().cpu().numpy()
 
 
@@ -71,9 +73,11 @@ class OnnxRunner:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=providers)
 
-    def __call__(self, batch: torch.Tensor) -> np.ndarray:
-        """Embed one preprocessed batch."""
-        array = np.ascontiguousarray(batch.detach().cpu().numpy(), dtype=np.float32)
+    def __call__(self, batch: torch.Tensor | np.ndarray) -> np.ndarray:
+        """Embed one preprocessed batch (a tensor, or the float32 array of :func:`preprocess_batch`)."""
+        if isinstance(batch, torch.Tensor):
+            batch = batch.detach().cpu().numpy()
+        array = np.ascontiguousarray(batch, dtype=np.float32)
         return self.session.run([OUTPUT_NAME], {INPUT_NAME: array})[0]
 
 

@@ -23,6 +23,7 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.functional import interpolate
 from torchvision.transforms import v2
@@ -202,6 +203,8 @@ class TensorPipeline:
         self.mean, self.std = tuple(mean), tuple(std)
         self._mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        self._mean_array = self._mean.numpy()
+        self._std_array = self._std.numpy()
 
     def __call__(self, image: Any) -> torch.Tensor:
         """The normalised float tensor of ``image`` (PIL image or ``C×H×W`` uint8 tensor)."""
@@ -223,6 +226,34 @@ class TensorPipeline:
             # sub (not sub_): a 1-channel image broadcasts to the 3 channels of the statistics, as in torchvision
             return x.to(torch.float32).mul_(1.0 / 255).sub(self._mean).div_(self._std)
         return x.to(torch.float32).sub(self._mean).div_(self._std)  # a float input may be the caller's tensor
+
+    def normalise_array(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`normalise` in numpy: the same float32 operations in the same order, so the same numbers.
+
+        For callers that hold arrays (tests/bundle/test_preprocess.py compares the two); a ``B×C×H×W`` uint8 stack
+        gives ``B×3×H×W``. Why a numpy twin: every torch operation releases the GIL, and a thread that gives it up
+        while another holds it (a server's event loop) waits up to the switch interval to get it back; these four
+        numpy operations hand it over less often.
+        """
+        out = x.astype(np.float32)
+        if x.dtype == np.uint8:
+            out *= np.float32(1.0 / 255)
+        if out.shape[-3] == len(self.mean):
+            out -= self._mean_array
+        else:  # a 1-channel image broadcasts to the channels of the statistics, as in :meth:`normalise`
+            out = out - self._mean_array
+        out /= self._std_array
+        return out
+
+    def keeps(self, height: int, width: int) -> bool:
+        """Whether every geometry step leaves a ``height×width`` image as it is (resized to its size, cropped whole)."""
+        for step in self.steps:
+            if isinstance(step, Resize) and step.output_size(height, width) == (height, width):
+                continue
+            if isinstance(step, CenterCrop) and step.size == (height, width):
+                continue
+            return False
+        return True
 
     @property
     def transforms(self) -> list[Any]:

@@ -74,7 +74,8 @@ def test_a_batch_is_preprocessed_exactly_as_image_by_image(steps):
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in
               [(16, 16), (40, 30), (16, 16), (23, 57), (40, 30)]]  # sizes repeat and differ, in mixed order
-    assert torch.equal(preprocess_batch(transform, images), torch.stack([transform(image) for image in images]))
+    expected = torch.stack([transform(image) for image in images]).numpy()
+    assert np.array_equal(preprocess_batch(transform, images), expected)
 
 
 def _v2_reference(resize, crop, mean, std):
@@ -99,8 +100,19 @@ def test_a_bundle_spec_of_the_evaluation_view_runs_lean_and_gives_torchvisions_t
               [(16, 16), (41, 30), (16, 16), (23, 57)]]
     images.append(Image.fromarray(rng.integers(0, 256, (30, 30), dtype=np.uint8)))  # grey: broadcast to 3
     expected = torch.stack([reference(image) for image in images])
-    assert torch.equal(preprocess_batch(lean, images), expected)
+    batch = preprocess_batch(lean, images)  # the 16-px RGB images skip torch; the others go through its resize
+    assert batch.dtype == np.float32 and np.array_equal(batch, expected.numpy())
     assert torch.equal(lean(images[1]), expected[1])
+
+
+def test_the_numpy_normalisation_equals_the_torch_one_for_every_pixel_value():
+    from dmlplug.data.image_ops import TensorPipeline
+
+    pipeline = TensorPipeline([], mean=_NORMALIZE["mean"], std=_NORMALIZE["std"])
+    every = np.tile(np.arange(256, dtype=np.uint8), (2, 3, 16, 1))  # each value in each channel: 2×3×16×256
+    assert np.array_equal(pipeline.normalise_array(every), pipeline.normalise(torch.from_numpy(every)).numpy())
+    grey = every[:, :1]
+    assert np.array_equal(pipeline.normalise_array(grey), pipeline.normalise(torch.from_numpy(grey)).numpy())
 
 
 def test_a_spec_the_lean_pipeline_cannot_compute_keeps_torchvisions_transforms():
