@@ -42,6 +42,9 @@ log = logging.getLogger("dmlplug.serve")
 #: Largest ``gallery items × queries`` searched on the event loop itself (no re-ranking): an exact search of
 #: that size takes tens of microseconds, less than handing it to a thread; larger ones run in a thread.
 INLINE_SEARCH_ROWS = 20_000
+#: Largest upload (bytes) a batch run on the event loop may hold: a small file decodes in about the time the
+#: batcher's average predicts, a large photograph in tens of milliseconds the average does not foresee.
+INLINE_UPLOAD_BYTES = 64 * 1024
 #: The multipart field that carries images.
 IMAGES_FIELD = "images"
 #: Request bodies documented for ``POST /v1/search`` (one route takes either).
@@ -83,7 +86,8 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     # uploads are decoded in the batcher's thread, beside the model: the event loop only parses and answers
     batcher = Batcher(service.embed_now, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
                       prepare=functools.partial(_decode_upload, max_pixels=settings.max_pixels),
-                      on_batch=metrics.observe_batch)
+                      on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,
+                      inline_ok=lambda upload: len(upload[1]) <= INLINE_UPLOAD_BYTES)
 
     answered = [0]  # requests answered by this worker, said when it stops
 
@@ -252,7 +256,7 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
         return {"embedding_size": service.embedding_size, "threshold": service.bundle.threshold,
                 "codec": index.codec, "items": int(index.size), "writes": api_key is not None,
                 "max_batch": settings.max_batch, "max_wait_ms": settings.max_wait_ms,
-                "rerank": settings.rerank, "max_images": settings.max_images}
+                "inline_ms": settings.inline_ms, "rerank": settings.rerank, "max_images": settings.max_images}
 
     @app.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -341,11 +345,13 @@ def app_from_environment() -> Any:
     """The app of one worker process of ``--workers N`` (uvicorn calls it in each worker)."""
     from dmlplug import plugin_host
 
-    from .command import prepare_process
+    from .command import freeze_startup_objects, prepare_process
 
     settings = ServeSettings.model_validate_json(os.environ[SETTINGS_VARIABLE])
     service = SearchService(settings, plugin_host().registry)
     prepare_process(settings)
     key = read_api_key(settings.api_key_file) if settings.api_key_file else None
-    return create_app(service, settings, key)
+    app = create_app(service, settings, key)
+    freeze_startup_objects()
+    return app
 

@@ -45,6 +45,9 @@ def cmd_serve(
                                                        "requests share it).")] = 32,
     max_wait_ms: Annotated[float, typer.Option(min=0, help="Longest wait of an image for others to batch "
                                                            "with.")] = 5.0,
+    inline_ms: Annotated[float, typer.Option(min=0, help="Longest model call (as recent ones predict it) run on "
+                                                         "the event loop instead of the model's thread; 0: "
+                                                         "always the thread.")] = 5.0,
     rerank: Annotated[str | None, typer.Option(metavar="METHOD", help="Default re-ranker of searches, as "
                                                                       "name:k=v,... (dmlplug list rerankers); a "
                                                                       "request may name another.",
@@ -68,8 +71,8 @@ def cmd_serve(
 
     settings = ServeSettings(bundle=str(bundle_dir), index=str(index_dir), host=host, port=port, workers=workers,
                              api_key_file=None if api_key_file is None else str(api_key_file), max_batch=max_batch,
-                             max_wait_ms=max_wait_ms, rerank=rerank, max_body_mb=max_body_mb, max_pixels=max_pixels,
-                             max_images=max_images, threads=threads, device=device)
+                             max_wait_ms=max_wait_ms, inline_ms=inline_ms, rerank=rerank, max_body_mb=max_body_mb,
+                             max_pixels=max_pixels, max_images=max_images, threads=threads, device=device)
     key = read_api_key(api_key_file) if api_key_file is not None else None
     service = SearchService(settings, plugin_host().registry)  # every check of `dmlplug search`, before binding
     prepare_process(settings)
@@ -80,7 +83,9 @@ def cmd_serve(
     if workers == 1:
         from .app import create_app
 
-        _run_one(create_app(service, settings, key), sock, log_level)
+        app = create_app(service, settings, key)
+        freeze_startup_objects()
+        _run_one(app, sock, log_level)
     else:
         del service  # verified; each worker loads its own, the supervisor needs none
         os.environ[SETTINGS_VARIABLE] = settings.model_dump_json()
@@ -115,6 +120,19 @@ def prepare_process(settings: Any) -> None:
 
     torch.set_num_threads(settings.model_threads())
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def freeze_startup_objects() -> None:
+    """Keep what start-up built (modules, the model, the index: ~400,000 objects) out of later garbage collections.
+
+    Python's full collection walks every object it tracks; over a server's heap that takes ~170 ms, a stall every
+    request in flight waits for (p99 latencies of 200 ms where p50 was 30). Objects that live as long as the
+    process need not be walked: ``gc.freeze`` moves them to a generation the collector ignores.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _url_host(host: str) -> str:

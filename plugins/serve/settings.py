@@ -25,6 +25,7 @@ class ServeSettings(BaseModel):
     api_key_file: str | None = None
     max_batch: int = Field(32, ge=1)
     max_wait_ms: float = Field(5.0, ge=0)
+    inline_ms: float = Field(5.0, ge=0)
     rerank: str | None = None
     max_body_mb: float = Field(32.0, gt=0)
     max_pixels: int = Field(DEFAULT_MAX_PIXELS, ge=1)

@@ -6,6 +6,7 @@ import asyncio
 import io
 import struct
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -142,6 +143,56 @@ def test_a_batch_waits_for_announced_requests_at_most_max_wait():
     calls.clear()
     _run(scenario(30, hand_over=False))  # an announced request that never hands over delays a batch by max_wait
     assert calls == [1]
+
+
+def test_a_job_predicted_short_runs_on_the_event_loop_and_others_in_the_model_thread():
+    threads: list[str] = []
+
+    def embed(items):
+        threads.append(threading.current_thread().name)
+        return np.zeros((len(items), 2), dtype=np.float32)
+
+    async def scenario(inline_ms, batches):
+        batcher = Batcher(embed, max_batch=8, max_wait_ms=0, inline_ms=inline_ms,
+                          inline_ok=lambda item: item != "large")
+        await batcher.start()
+        for items in batches:
+            await batcher.embed(items)
+        await batcher.stop()
+
+    loop_thread = threading.current_thread().name  # asyncio.run runs the loop in this thread
+    # the first job has no prediction: the thread; then fast jobs run on the loop, one with a refused item does not
+    _run(scenario(60_000, [["a"], ["b", "c"], ["d", "large"], ["e"]]))
+    assert threads[0] != loop_thread and threads[1] == loop_thread
+    assert threads[2] != loop_thread and threads[3] == loop_thread
+    threads.clear()
+    _run(scenario(0, [["a"], ["b"], ["c"]]))  # no budget: always the thread
+    assert loop_thread not in threads
+
+
+def test_a_slow_job_sends_the_next_ones_back_to_the_model_thread():
+    threads: list[str] = []
+    slow = [0.0]
+
+    def embed(items):
+        threads.append(threading.current_thread().name)
+        time.sleep(slow[0])
+        return np.zeros((len(items), 2), dtype=np.float32)
+
+    async def scenario():
+        batcher = Batcher(embed, max_batch=8, max_wait_ms=0, inline_ms=20)
+        await batcher.start()
+        await batcher.embed(["first"])  # thread, measured fast
+        await batcher.embed(["fast"])  # loop
+        slow[0] = 0.2
+        await batcher.embed(["slow"])  # predicted fast, so on the loop, and measured slow
+        slow[0] = 0.0
+        await batcher.embed(["next"])  # predicted slow: the thread
+        await batcher.stop()
+
+    loop_thread = threading.current_thread().name
+    _run(scenario())
+    assert [name == loop_thread for name in threads] == [False, True, True, False]
 
 
 def test_an_upload_that_fails_to_decode_fails_its_own_request_only():
