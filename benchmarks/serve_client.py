@@ -1,20 +1,20 @@
 """The served side of benchmarks/serve_throughput.py: a ``dmlplug serve`` process, a lean client, the metrics.
 
-The client is what a load generator does cheaply: one thread per concurrent request, each with its own keep-alive
-``http.client`` connection, every multipart body built before the clock starts, the answer read but not parsed.
+The client is what a load generator does cheaply: one asyncio connection per concurrent request, kept alive, every
+request built before the clock starts, answers split by httptools' C parser but not parsed as JSON.
 Its own CPU time is measured (it shares the cores with the server), and so is the server's (its processes, from
 ``/proc``); the server's ``/metrics`` before and after a phase split a request's time into its stages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import itertools
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -161,43 +161,93 @@ def post(conn: http.client.HTTPConnection, body: bytes) -> tuple[int, bytes]:
 
 
 def drive(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> dict:
-    """``concurrency`` threads send requests (cycling over ``bodies``) until ``seconds`` have passed."""
+    """``concurrency`` keep-alive connections send requests (cycling over ``bodies``) until ``seconds`` have passed.
+
+    One asyncio event loop (uvloop when installed) in this thread drives every connection; each request's bytes,
+    headers included, are built before the clock starts, and answers are split by httptools' response parser (C),
+    so the client's own CPU per request stays small beside the server's on the same cores.
+    """
     parts = urlsplit(url)
-    conns = [http.client.HTTPConnection(parts.hostname, parts.port, timeout=300) for _ in range(concurrency)]
-    for conn in conns:
-        conn.connect()
-    latencies: list[float] = []
-    failures: list[str] = []
-    numbers = itertools.count()
-    start = threading.Barrier(concurrency + 1)
-    deadline = [0.0]
+    head = (f"POST /v1/search HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n")
+    requests = [f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body for body in bodies]
+    try:
+        import uvloop
 
-    def client(conn: http.client.HTTPConnection) -> None:
-        start.wait()
-        while time.perf_counter() < deadline[0]:
-            t0 = time.perf_counter()
-            status, body = post(conn, bodies[next(numbers) % len(bodies)])
-            latencies.append(time.perf_counter() - t0)
-            if status != 200:
-                failures.append(f"{status}: {body[:200]!r}")
-
-    threads = [threading.Thread(target=client, args=(conn,)) for conn in conns]
-    for thread in threads:
-        thread.start()
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
     cpu = time.process_time()
-    started = time.perf_counter()
-    deadline[0] = started + seconds
-    start.wait()
-    for thread in threads:
-        thread.join()
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    for conn in conns:
-        conn.close()
+    latencies, failures, elapsed = runner(_drive(parts.hostname, parts.port, requests, concurrency, seconds))
+    cpu = time.process_time() - cpu
     if failures:
         raise SystemExit(f"{len(failures)} of {len(latencies)} requests failed, e.g. {failures[0]}")
     return {"images": len(latencies), "images_s": len(latencies) / elapsed, "elapsed": elapsed,
             "p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
             "mean_ms": sum(latencies) / len(latencies) * 1e3, "client_cpu_us": cpu / len(latencies) * 1e6}
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: :meth:`send` writes a request and returns ``(status, body)`` once answered."""
+
+    def __init__(self) -> None:
+        import httptools
+
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(ConnectionError(f"the server closed the connection: {exc}"))
+
+    # httptools' callbacks
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self.answer is not None
+        self.answer.set_result((self.parser.get_status_code(), b"".join(self.body)))
+
+    async def send(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self.body = []
+        self.answer = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.answer
+
+
+async def _drive(host: str, port: int, requests: list[bytes], concurrency: int,
+                 seconds: float) -> tuple[list[float], list[str], float]:
+    loop = asyncio.get_running_loop()
+    connections = [(await loop.create_connection(_Connection, host, port))[1] for _ in range(concurrency)]
+    latencies: list[float] = []
+    failures: list[str] = []
+    numbers = itertools.count()
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def client(connection: _Connection) -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            status, body = await connection.send(requests[next(numbers) % len(requests)])
+            latencies.append(time.perf_counter() - t0)
+            if status != 200:
+                failures.append(f"{status}: {body[:200]!r}")
+
+    await asyncio.gather(*(client(connection) for connection in connections))
+    elapsed = time.perf_counter() - started
+    for connection in connections:
+        assert connection.transport is not None
+        connection.transport.close()
+    return latencies, failures, elapsed
 
 
 def measure_served(server: Served, bodies: list[bytes], concurrency: int, seconds: float) -> dict:
