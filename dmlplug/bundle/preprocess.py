@@ -4,8 +4,9 @@ A bundle must preprocess a query exactly as evaluation did, and a user of anothe
 reproduce it from ``bundle.json`` alone. :func:`describe_transform` reads the run's test transform (the
 torchvision ``Compose`` that :func:`dmlplug.data.transforms.build_test_transform` builds, whatever the run's
 augmentation policy: evaluation's transform is the engine's) into a plain dict;
-:func:`build_preprocess` builds the same ``Compose`` from that dict, so a bundle and its run directory give
-bit-identical input tensors.
+:func:`build_preprocess` builds a transform computing the same from that dict (the lean
+:class:`~dmlplug.data.image_ops.TensorPipeline` for the engine's evaluation view, the ``Compose`` itself
+otherwise), so a bundle and its run directory give bit-identical input tensors.
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ def _normalisation(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_preprocess(spec: dict[str, Any]) -> Any:
-    """The torchvision transform that ``spec`` (from :func:`describe_transform`) describes.
+    """A transform computing what ``spec`` (from :func:`describe_transform`) describes.
 
-    A spec with a ``to_image`` step is rebuilt with ``transforms.v2``, one without with the classic API, as
-    the run's own transform was, so the tensors are identical.
+    The engine's evaluation view becomes a :class:`~dmlplug.data.image_ops.TensorPipeline`; any other spec with a
+    ``to_image`` step is rebuilt with ``transforms.v2``, one without with the classic API, as the run's own
+    transform was. Either way the tensors are identical.
 
     Raises:
         BundleError: An unknown step (a bundle written by a newer dmlplug), or a step without its keys.

@@ -83,7 +83,7 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     """
     metrics = ServiceMetrics()
     metrics.describe_index(service.index().size, service.index().codec)
-    # uploads are decoded in the batcher's thread, beside the model: the event loop only parses and answers
+    # uploads are decoded where the batch runs, beside the model: in its thread, or on the loop for a short batch
     batcher = Batcher(service.embed_now, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
                       prepare=functools.partial(_decode_upload, max_pixels=settings.max_pixels),
                       on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,

@@ -68,10 +68,10 @@ class Batcher:
     """Prepares and embeds uploads from many coroutines in shared batches.
 
     Args:
-        embed: ``list of prepared items -> N×D array``, called from the worker thread with at most ``max_batch``.
+        embed: ``list of prepared items -> N×D array``, called where the job runs with at most ``max_batch``.
         max_batch: Most items per model call.
         max_wait_ms: Longest time the first item of a batch waits for others.
-        prepare: ``item -> prepared item`` (e.g. bytes -> decoded image), called per item in the worker thread;
+        prepare: ``item -> prepared item`` (e.g. bytes -> decoded image), called per item where the job runs;
             what it raises goes to that item's request only. ``None``: items are used as given.
         on_batch: Called with ``(batch size, seconds the model took)`` after each model call (metrics).
         inline_ms: Longest predicted job run on the event loop (``0``: every job in the thread).

@@ -102,7 +102,7 @@ class SearchService:
         return self.bundle.embedding_size
 
     def embed_now(self, images: list[Any]) -> np.ndarray:
-        """Embed decoded images in one model call (run by the batcher's thread)."""
+        """Embed decoded images in one model call (run by the batcher, in its thread or on the loop)."""
         return self.bundle.embed(images, batch_size=max(1, len(images)))
 
     def parse_rerank(self, text: str | None, where: str = "rerank") -> Any:

@@ -340,3 +340,24 @@ def test_forms_with_too_many_parts_are_refused():
     body, content_type = _form_request([("images", ("a.png", b"x"))], {"k": ["1", "2"]})
     with pytest.raises(FormError, match="Too many fields"):  # a repeated name counts once per part
         parse_form(body, content_type, max_files=8, max_fields=1)
+
+
+def test_a_server_process_hands_the_gil_over_every_millisecond_and_freezes_its_start_up_objects():
+    import gc
+    import sys
+
+    import torch
+
+    from dmlplug_builtins.serve.command import freeze_startup_objects, prepare_process
+    from dmlplug_builtins.serve.settings import ServeSettings
+
+    interval, torch_threads = sys.getswitchinterval(), torch.get_num_threads()
+    try:
+        prepare_process(ServeSettings(bundle="b", index="i", threads=1))
+        assert sys.getswitchinterval() == pytest.approx(0.001) and torch.get_num_threads() == 1
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 0  # what exists now is out of the collector's walks
+    finally:
+        gc.unfreeze()
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(torch_threads)
