@@ -104,6 +104,10 @@ def _worker(rank, world, port, out_dir):
         plan.set_epoch(1, skip=1)
         torch.save({"trained": trained, "emb": emb, "labels": labels, "plan": list(plan),
                     "info": distributed.current()}, os.path.join(out_dir, f"rank{rank}.pt"))
+        # As the engine does (launch.py): every rank waits for the others before destroying its gloo group. A
+        # rank that leaves while its last asynchronous send may still be in flight aborted once in CI (SIGABRT,
+        # "terminate called without an active exception", the other rank still running).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -206,6 +210,7 @@ def _ddp_worker(rank, world, port, out_dir):
         gatherer.attach(model)
         trained = _train_ddp(model, *rest, rank=rank, world=world, gatherer=gatherer)
         torch.save(trained, os.path.join(out_dir, f"ddp{rank}.pt"))
+        dist.barrier()  # see _worker
     finally:
         dist.destroy_process_group()
 
