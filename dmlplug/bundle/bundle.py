@@ -63,10 +63,22 @@ class Embedder:
         for start in range(0, len(images), batch_size):
             chunk = [image if not isinstance(image, str | Path) else _load_or_fail(image)
                      for image in images[start:start + batch_size]]
-            out.append(self.runner(preprocess_batch(self.transform, chunk)))
+            out.append(self.run(self.preprocess(chunk)))
         if not out:
             raise BundleError("no image to embed", fix="give at least one image")
-        return np.concatenate(out).astype(np.float32)
+        return np.concatenate(out)
+
+    def preprocess(self, images: Sequence[Any]) -> np.ndarray:
+        """The first half of :meth:`embed`: PIL images to the model's float32 ``B×3×H×W`` input.
+
+        With :meth:`run`, for a caller that overlaps the two halves (a server preparing the next batch on its event
+        loop while the model runs in a thread); ``run(preprocess(images))`` is ``embed(images)``.
+        """
+        return preprocess_batch(self.transform, images)
+
+    def run(self, batch: Any) -> np.ndarray:
+        """The second half of :meth:`embed`: the model on a preprocessed batch, ``B×D`` float32."""
+        return np.asarray(self.runner(batch), dtype=np.float32)
 
     def embed_files(self, paths: Sequence[str], *, batch_size: int = 64, strict: bool = False,
                     progress: Callable[[int], None] | None = None,
@@ -91,7 +103,7 @@ class Embedder:
         for batch in load_batches(paths, batch_size, strict=strict):
             failures.extend(batch.failures)
             if batch.images:
-                chunks.append(self.runner(preprocess_batch(self.transform, batch.images)))
+                chunks.append(self.run(self.preprocess(batch.images)))
                 kept.extend(batch.paths)
             if progress is not None:
                 progress(len(batch.paths) + len(batch.failures))
@@ -99,7 +111,7 @@ class Embedder:
             if allow_empty:
                 return np.empty((0, 0), dtype=np.float32), kept, failures
             raise BundleError(f"none of the {len(paths)} images could be read", fix="check the image files")
-        return np.concatenate(chunks).astype(np.float32), kept, failures
+        return np.concatenate(chunks), kept, failures
 
 
 def _load_or_fail(path: str | Path) -> Any:

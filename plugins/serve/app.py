@@ -1,8 +1,9 @@
 """The FastAPI application: routes, errors as JSON, metrics, the page; :func:`create_app` builds it.
 
-The event loop parses requests and writes answers; uploads are decoded and embedded in the
-:class:`~.batching.Batcher`'s one thread, and other work that takes CPU (a large search, re-ranking, writes) runs
-in a thread; a small search runs on the loop, where it costs less than a hand-off. Errors the client caused are
+The event loop parses requests, decodes and preprocesses small uploads and writes answers; the model runs in the
+:class:`~.batching.Batcher`'s one thread (a job with a large upload runs there whole), and other work that takes
+CPU (a large search, re-ranking, writes) runs in a thread; a small search runs on the loop, where it costs less
+than a hand-off. Errors the client caused are
 ``4xx`` with ``{"error", "where", "fix"}``; anything else is a ``500`` whose body says only that the server failed
 (the traceback goes to the server's log, never to the client).
 """
@@ -42,8 +43,8 @@ log = logging.getLogger("dmlplug.serve")
 #: Largest ``gallery items × queries`` searched on the event loop itself (no re-ranking): an exact search of
 #: that size takes tens of microseconds, less than handing it to a thread; larger ones run in a thread.
 INLINE_SEARCH_ROWS = 20_000
-#: Largest upload (bytes) a batch run on the event loop may hold: a small file decodes in about the time the
-#: batcher's average predicts, a large photograph in tens of milliseconds the average does not foresee.
+#: Largest upload (bytes) decoded on the event loop: a small file decodes in tens of microseconds, a large
+#: photograph in tens of milliseconds that every other request would wait; a job holding one runs in the thread.
 INLINE_UPLOAD_BYTES = 64 * 1024
 #: The multipart field that carries images.
 IMAGES_FIELD = "images"
@@ -83,10 +84,10 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     """
     metrics = ServiceMetrics()
     metrics.describe_index(service.index().size, service.index().codec)
-    # uploads are decoded where the batch runs, beside the model: in its thread, or on the loop for a short batch
-    batcher = Batcher(service.embed_now, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
+    # small uploads are decoded and preprocessed on the loop, the model runs in the batcher's thread (batching.py)
+    batcher = Batcher(service.run_model, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
                       prepare=functools.partial(_decode_upload, max_pixels=settings.max_pixels),
-                      on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,
+                      collate=service.preprocess, on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,
                       inline_ok=lambda upload: len(upload[1]) <= INLINE_UPLOAD_BYTES)
 
     answered = [0]  # requests answered by this worker, said when it stops
@@ -292,7 +293,7 @@ _PAGE_ASSETS = {"page.js": "text/javascript; charset=utf-8", "page.css": "text/c
 
 
 def _decode_upload(upload: tuple[str, bytes], *, max_pixels: int) -> Any:
-    """One upload (``(name, bytes)``) to an RGB image; run in the batcher's thread."""
+    """One upload (``(name, bytes)``) to an RGB image (on the loop, or in the batcher's thread if large)."""
     name, data = upload
     return decode_image(data, name=name, max_pixels=max_pixels)
 

@@ -45,9 +45,9 @@ def cmd_serve(
                                                        "requests share it).")] = 32,
     max_wait_ms: Annotated[float, typer.Option(min=0, help="Longest wait of an image for others to batch "
                                                            "with.")] = 5.0,
-    inline_ms: Annotated[float, typer.Option(min=0, help="Longest model call (as recent ones predict it) run on "
-                                                         "the event loop instead of the model's thread; 0: "
-                                                         "always the thread.")] = 5.0,
+    inline_ms: Annotated[float, typer.Option(min=0, help="Longest model call of a request alone (as recent ones "
+                                                         "predict it) run on the event loop instead of the model's "
+                                                         "thread; 0: always the thread.")] = 5.0,
     rerank: Annotated[str | None, typer.Option(metavar="METHOD", help="Default re-ranker of searches, as "
                                                                       "name:k=v,... (dmlplug list rerankers); a "
                                                                       "request may name another.",

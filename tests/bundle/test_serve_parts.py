@@ -145,29 +145,37 @@ def test_a_batch_waits_for_announced_requests_at_most_max_wait():
     assert calls == [1]
 
 
-def test_a_job_predicted_short_runs_on_the_event_loop_and_others_in_the_model_thread():
-    threads: list[str] = []
+def test_small_uploads_are_prepared_on_the_loop_and_the_model_runs_there_only_for_one_request_alone():
+    where: dict[str, list[tuple[str, str]]] = {"prepare": [], "embed": []}
+
+    def prepare(item):
+        where["prepare"].append((item, threading.current_thread().name))
+        return item
 
     def embed(items):
-        threads.append(threading.current_thread().name)
+        where["embed"].append((",".join(items), threading.current_thread().name))
         return np.zeros((len(items), 2), dtype=np.float32)
 
-    async def scenario(inline_ms, batches):
-        batcher = Batcher(embed, max_batch=8, max_wait_ms=0, inline_ms=inline_ms,
+    async def scenario(inline_ms, alone, together=()):
+        batcher = Batcher(embed, max_batch=8, max_wait_ms=0, prepare=prepare, inline_ms=inline_ms,
                           inline_ok=lambda item: item != "large")
         await batcher.start()
-        for items in batches:
+        for items in alone:
             await batcher.embed(items)
+        await asyncio.gather(*(batcher.embed(items) for items in together))  # queued together: one batch
         await batcher.stop()
 
-    loop_thread = threading.current_thread().name  # asyncio.run runs the loop in this thread
-    # the first job has no prediction: the thread; then fast jobs run on the loop, one with a refused item does not
-    _run(scenario(60_000, [["a"], ["b", "c"], ["d", "large"], ["e"]]))
-    assert threads[0] != loop_thread and threads[1] == loop_thread
-    assert threads[2] != loop_thread and threads[3] == loop_thread
-    threads.clear()
-    _run(scenario(0, [["a"], ["b"], ["c"]]))  # no budget: always the thread
-    assert loop_thread not in threads
+    loop = threading.current_thread().name  # asyncio.run runs the loop in this thread
+    # The first call has no prediction: the thread. Then a request alone, predicted short, runs the model on the loop;
+    # a job with a refused (large) upload runs whole in the thread; two requests in one batch send the model to the
+    # thread though nothing else waits. Small uploads are prepared on the loop wherever the model runs.
+    _run(scenario(60_000, [["a"], ["b", "c"], ["d", "large"]], together=[["e"], ["f"]]))
+    assert [(items, name == loop) for items, name in where["embed"]] == [
+        ("a", False), ("b,c", True), ("d,large", False), ("e,f", False)]
+    assert {item for item, name in where["prepare"] if name != loop} == {"d", "large"}
+    where["embed"].clear()
+    _run(scenario(0, [["a"], ["b"], ["c"]]))  # no budget: the model always in the thread
+    assert all(name != loop for _, name in where["embed"])
 
 
 def test_a_slow_job_sends_the_next_ones_back_to_the_model_thread():
@@ -217,7 +225,7 @@ def test_an_upload_that_fails_to_decode_fails_its_own_request_only():
 
     bad, good = _run(scenario())
     assert isinstance(bad, BadImage) and good.vectors.shape == (1, 2)
-    assert calls == [["OK", "FINE"]]  # prepared in the model's thread, one model call without the corrupt upload
+    assert calls == [["OK", "FINE"]]  # one model call, without the corrupt upload
 
 
 def test_a_failing_model_call_fails_every_request_of_its_batch_and_not_the_next():
