@@ -157,7 +157,7 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
         except BadImage as exc:
             raise ClientError(str(exc), where=IMAGES_FIELD, fix="send JPEG, PNG, WebP, … files Pillow decodes, "
                               f"of at most {settings.max_pixels:,} pixels") from None
-        seconds = time.perf_counter() - started - result.prepare_seconds  # the wait for a batch and the model
+        seconds = time.perf_counter() - started - result.prepare_seconds  # the wait, preprocessing and model
         metrics.stages["decode"].observe(result.prepare_seconds)
         metrics.stages["embed"].observe(seconds)
         return result.vectors, seconds

@@ -107,7 +107,7 @@ class Batcher:
         self._on_batch = on_batch
         self.inline_seconds = max(0.0, inline_ms) / 1000.0
         self._inline_ok = inline_ok
-        self._seconds_per_item = math.inf  # of recent jobs, preparing included; unknown until one has run
+        self._seconds_per_item = math.inf  # of recent model calls; unknown until one has run
         self._coming = 0  # requests announced and not yet handed over: the ones a batch may wait for
         self._requests = itertools.count()
         self._queue: asyncio.Queue[_Pending] | None = None
@@ -200,7 +200,7 @@ class Batcher:
         errors, batch, count, seconds = self._front(items)
         if batch is None:
             return errors, None, seconds
-        rows, spent = self._timed_model(batch, count)
+        rows, spent = self._model(batch, count)
         self._note(spent, count)
         return errors, rows, seconds
 
@@ -211,14 +211,14 @@ class Batcher:
         if batch is None:
             return errors, None, seconds
         if self._model_here(live, count):
-            rows, spent = self._timed_model(batch, count)
+            rows, spent = self._model(batch, count)
         else:
-            rows, spent = await loop.run_in_executor(self._thread, self._timed_model, batch, count)
+            rows, spent = await loop.run_in_executor(self._thread, self._model, batch, count)
         self._note(spent, count)
         return errors, rows, seconds
 
     def _note(self, spent: float, items: int) -> None:
-        """Fold a job's seconds into the moving average that predicts the next one."""
+        """Fold a model call's seconds into the moving average that predicts the next one."""
         # a moving average: one slow job (a cold cache) moves the prediction, a few fast ones bring it back
         per_item = spent / items
         previous = self._seconds_per_item
@@ -241,18 +241,14 @@ class Batcher:
             return errors, None, 0, seconds
         return errors, prepared if self._collate is None else self._collate(prepared), len(prepared), seconds
 
-    def _model(self, batch: Any, count: int) -> np.ndarray:
-        """The one model call of a job (``count`` items), reported to ``on_batch``."""
+    def _model(self, batch: Any, count: int) -> tuple[np.ndarray, float]:
+        """The one model call of a job (``count`` items): its rows and seconds, reported to ``on_batch``."""
         started = time.perf_counter()
         rows = self._embed(batch)
+        spent = time.perf_counter() - started
         if self._on_batch is not None:
-            self._on_batch(count, time.perf_counter() - started)
-        return rows
-
-    def _timed_model(self, batch: Any, count: int) -> tuple[np.ndarray, float]:
-        started = time.perf_counter()
-        rows = self._model(batch, count)
-        return rows, time.perf_counter() - started
+            self._on_batch(count, spent)
+        return rows, spent
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending]) -> None:
         assert self._queue is not None

@@ -111,10 +111,10 @@ def prepare_process(settings: Any) -> None:
 
     Process-wide, so only where a server process starts (here and in each worker), never in the service.
     Torch gets the model threads of a worker (ONNX Runtime's session has its own). The switch interval is how
-    long a thread that wants the GIL waits before asking the holder to let go: the batch thread wants it back
-    after every model call and every decoded upload while the event loop holds it, and at Python's default of
-    5 ms each of those hand-backs could cost more than embedding a small image (a 32-px image takes ~0.5 ms of
-    ONNX Runtime); 1 ms gave ~10% more images/s at concurrency 8 (docs/performance.md, Serving).
+    long a thread that wants the GIL waits before asking the holder to let go: the model thread wants it back
+    after every model call (and every large upload it decodes) while the event loop holds it, and at Python's
+    default of 5 ms each of those hand-backs could cost more than embedding a small image (a 32-px image takes
+    ~0.5 ms of ONNX Runtime); 1 ms gave ~10% more images/s at concurrency 8 (docs/performance.md, Serving).
     """
     import torch
 

@@ -32,8 +32,8 @@ class ServiceMetrics:
         self.latency = Histogram("http_request_duration_seconds", "Time to answer a request, by route.",
                                  ["route"], buckets=LATENCY_BUCKETS, **common)
         self.stage = Histogram("stage_duration_seconds", "Time of one stage of a request: decode, embed, "
-                               "search or rerank (embed: the request's wait for its batch included, its "
-                               "decoding, done in the batch's thread, not).",
+                               "search or rerank (embed: the wait for its batch, the preprocessing and the "
+                               "model call; not the decoding).",
                                ["stage"], buckets=LATENCY_BUCKETS, **common)
         #: The stage histograms by stage name, labelled once (a ``labels()`` look-up per request costs more).
         self.stages = {name: self.stage.labels(stage=name) for name in STAGES}
