@@ -85,9 +85,9 @@ def create_app(service: SearchService, settings: ServeSettings, api_key: bytes |
     metrics = ServiceMetrics()
     metrics.describe_index(service.index().size, service.index().codec)
     # small uploads are decoded and preprocessed on the loop, the model runs in the batcher's thread (batching.py)
-    batcher = Batcher(service.run_model, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
+    batcher = Batcher(service.bundle.run, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
                       prepare=functools.partial(_decode_upload, max_pixels=settings.max_pixels),
-                      collate=service.preprocess, on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,
+                      collate=service.bundle.preprocess, on_batch=metrics.observe_batch, inline_ms=settings.inline_ms,
                       inline_ok=lambda upload: len(upload[1]) <= INLINE_UPLOAD_BYTES)
 
     answered = [0]  # requests answered by this worker, said when it stops

@@ -101,14 +101,6 @@ class SearchService:
         """``D``."""
         return self.bundle.embedding_size
 
-    def preprocess(self, images: list[Any]) -> np.ndarray:
-        """Decoded images as the model's input batch (the bundle's preprocessing)."""
-        return self.bundle.preprocess(images)
-
-    def run_model(self, batch: np.ndarray) -> np.ndarray:
-        """The model on a preprocessed batch: one call, ``B×D`` float32."""
-        return self.bundle.run(batch)
-
     def parse_rerank(self, text: str | None, where: str = "rerank") -> Any:
         """A re-ranker spec (``None`` for none), refused with a client error when unknown or invalid."""
         if text is None or text == "":
