@@ -20,11 +20,15 @@ The HTTP floor (``http floor``): the same client against FastAPI on uvicorn answ
 constant once it has read the body (no form, no image, no model): the requests/s that HTTP alone allows on these
 cores, a ceiling for any served variant.
 
+The CPU budget line: the target's images/s at concurrency 8 allow ``cores / images/s`` of CPU per image with no
+core ever idle; less the client's share, that is what the server may spend, printed beside what each served
+phase spent (a ceiling of its images/s however well its event loop and model overlapped).
+
 Per concurrency, each round runs the bare loops, then every served variant and the floor, each for ``--seconds``
 (alternating; medians over ``--rounds``, spread min–max). The server's ``/metrics`` deltas split a request's time
-into decode (in the batch's thread), embed (the wait for a batch included), search and the rest in the app (the
-form, JSON); "outside" is the client's latency minus the app's time (HTTP in uvicorn, the event loop's queue, the
-client).
+into decode (on the event loop; a large upload's in the batch thread), embed (the wait for a batch included),
+search and the rest in the app (the form, JSON); "outside" is the client's latency minus the app's time (HTTP in
+uvicorn, the event loop's queue, the client).
 
 Without ``--bundle`` the benchmark makes its own: the quickstart recipe (``--model``, ``--image-size``) at epoch 0
 (random weights: speed does not depend on them), exported to ONNX, and ``--gallery-size`` PNGs of its glyph test
@@ -244,6 +248,35 @@ def report(result: dict) -> None:
         print(line)
 
 
+def cpu_budget(rows: list[dict], target: float, concurrency: int = 8) -> str | None:
+    """What the target leaves the server at ``concurrency``: CPU per image with every core busy, against its spending.
+
+    ``target`` x the bare loop's images/s on ``CORES`` cores allows ``CORES / images/s`` of CPU per image if no core
+    is ever idle; the client (on the same cores) takes its share, the server may spend the rest. Each served
+    variant's measured server CPU per image is the ceiling of its images/s however well it overlapped: at more
+    CPU than the budget it cannot meet the target. ``None`` without the rows it needs.
+    """
+    here = {r["variant"]: r["summary"] for r in rows if r["concurrency"] == concurrency}
+    if "batched" not in here or "server_cpu_ms" not in here["batched"] or "client_cpu_us" not in here["batched"]:
+        return None
+    needed = target * floor(rows, concurrency)
+    client_ms = here["batched"]["client_cpu_us"] / 1e3
+    allowed = CORES / needed * 1e3 - client_ms
+    spends = [r for r in rows if "server_cpu_ms" in r["summary"] and r["variant"] != FLOOR]
+    least = min(spends, key=lambda r: r["summary"]["server_cpu_ms"])
+    line = (f"CPU budget at concurrency {concurrency}: {target}x is {needed:.0f} images/s, {CORES / needed * 1e3:.2f} "
+            f"ms of the {CORES} cores per image with none ever idle; less the client's {client_ms:.2f}, the server "
+            f"may spend {allowed:.2f} ms per image. It spends {here['batched']['server_cpu_ms']:.2f} (batched); "
+            f"least of all phases {least['summary']['server_cpu_ms']:.2f} ({least['variant']}, concurrency "
+            f"{least['concurrency']})")
+    if FLOOR in here and "server_cpu_ms" in here[FLOOR]:
+        line += f"; the HTTP floor alone {here[FLOOR]['server_cpu_ms']:.2f} ms per request"
+    model = here.get("bare, 1 thread", {}).get("stages_us", {}).get("onnxruntime")
+    if model is not None:  # one thread: its wall time is its CPU time
+        line += f"; the model alone {model / 1e3:.2f} ms per image (bare, 1 thread)"
+    return line
+
+
 def optional(summary: dict, key: str, spec: str) -> str:
     return format(summary[key], spec) if key in summary else "-"
 
@@ -260,6 +293,9 @@ def headline(rows: list[dict], target: float) -> list[str]:
         lines.append(f"HTTP floor at concurrency 8: {by[8, FLOOR]:.0f} requests/s (FastAPI on uvicorn answering a "
                      f"constant, the same client) = {by[8, FLOOR] / floor(rows, 8):.2f}x the faster bare loop's "
                      "images/s")
+    budget = cpu_budget(rows, target)
+    if budget:
+        lines.append(budget)
     for c in sorted({c for c, _ in by}):
         if (c, "batched") in by and (c, "one-at-a-time") in by:
             lines.append(f"batching gain at concurrency {c}: {by[c, 'batched'] / by[c, 'one-at-a-time']:.2f}x "
