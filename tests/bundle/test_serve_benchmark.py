@@ -67,9 +67,12 @@ def test_cpu_budget_is_what_the_target_leaves_the_server_with_every_core_busy(be
     table[1]["summary"].update(server_cpu_ms=1.5, client_cpu_us=100.0)
     table.append({"concurrency": 32, "variant": "batched", "summary": {"images_s": 600.0, "server_cpu_ms": 1.2}})
     table.append({"concurrency": 8, "variant": bench.FLOOR, "summary": {"images_s": 4000.0, "server_cpu_ms": 0.1}})
-    # 0.8 x 1000 = 800 images/s on 2 cores: 2.5 ms per image, 2.4 after the client's 0.1
+    table.append({"concurrency": 8, "variant": "bare, 1 thread",
+                  "summary": {"images_s": 900.0, "stages_us": {"onnxruntime": 450.0}}})
+    # 0.8 x 1000 (the faster bare loop) = 800 images/s on 2 cores: 2.5 ms per image, 2.4 after the client's 0.1
     assert bench.cpu_budget(table, 0.8) == (
         "CPU budget at concurrency 8: 0.8x is 800 images/s, 2.50 ms of the 2 cores per image with none ever idle; "
         "less the client's 0.10, the server may spend 2.40 ms per image. It spends 1.50 (batched); least of all "
-        "phases 1.20 (batched, concurrency 32); the HTTP floor alone 0.10 ms per request")
+        "phases 1.20 (batched, concurrency 32); the HTTP floor alone 0.10 ms per request; the model alone 0.45 ms "
+        "per image (bare, 1 thread)")
     assert bench.cpu_budget(rows(bare=1000.0, batched=500.0), 0.8) is None  # no CPU measured
